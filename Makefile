@@ -1,0 +1,38 @@
+# treni-top — the two commands for a fresh machine are `make run` and `make test`.
+GO      ?= go
+BIN     := bin/treni-top
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+PKGS    := ./...
+
+.PHONY: run build test vet fmt fmt-check bench fuzz clean
+
+## run: the interactive profiler on the built-in engine's demo model
+run: build
+	./$(BIN) $(ARGS)
+
+## build: compile bin/treni-top
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/treni-top
+
+## test: gofmt check, go vet, then every test with the race detector
+test: fmt-check vet
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## fmt: format every Go file
+fmt:
+	gofmt -w $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
+
+## bench: every benchmark, five times each (feed the output to benchstat)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,95 @@
+// Command treni-top is a terminal profiler and cold-start tracer for LLM
+// inference servers. This package holds main and the subcommands' flag
+// wiring only; the work is done in tui, sessions, engine and probe.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+// exitError carries a process exit code through cobra's error return.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withExit makes err end the process with code.
+func withExit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// notLanded is the honest answer of a subcommand whose issue has not landed.
+func notLanded(what, issue string) error {
+	return withExit(3, fmt.Errorf("%s is not implemented yet (tracked in %s); nothing was done", what, issue))
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "treni-top",
+		Short: "Profiler and cold-start tracer for LLM inference servers",
+		Long: `treni-top launches an LLM inference server (its own built-in engine, or any
+external server such as vLLM, SGLang, TGI, llama.cpp or Ollama), traces every
+cold stage on one time axis, probes cold and warm requests (TTFT, ITL, TPOT,
+E2E), shows it live with GPU memory, RSS and page-cache residency, diagnoses
+the dominant cold term, and records every run as a session that can be
+replayed, reported, diffed and exported to Perfetto.
+
+Plain 'treni-top' is 'treni-top run' on the built-in engine's demo model.`,
+		Example: `  treni-top                                   # the built-in engine on its demo model
+  treni-top run -- vllm serve Qwen/Qwen3-4B    # trace an external server
+  treni-top replay ~/.local/share/treni-top/sessions/latest.jsonl
+  treni-top diff base.jsonl --against new.jsonl`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.AddCommand(
+		newRunCmd(), newAttachCmd(), newReplayCmd(), newReportCmd(), newDiffCmd(),
+		newImportCmd(), newServeCmd(), newBenchCmd(), newModelCmd(), newDoctorCmd(),
+		newVersionCmd(),
+	)
+	// Plain treni-top behaves as 'treni-top run'.
+	run := newRunCmd()
+	root.Flags().AddFlagSet(run.Flags())
+	root.RunE = run.RunE
+	root.Args = cobra.NoArgs
+	return root
+}
+
+func main() {
+	os.Exit(execute(os.Args[1:]))
+}
+
+// execute runs the CLI and maps errors to exit codes: 0 success, 1 for a
+// command's own "failure found" result (diff's regression), 2 for unusable
+// input or a failure, 3 for a subcommand that has not landed.
+func execute(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "treni-top:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(os.Stderr, "treni-top:", err)
+	return 2
+}
