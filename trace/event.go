@@ -289,6 +289,9 @@ const (
 	MarkerBenchStart    = "bench_start"
 	MarkerBenchEnd      = "bench_end"
 	MarkerTargetCrashed = "target_crashed"
+	// MarkerReplayReset tells consumers of a replay to forget everything:
+	// the replay seeked backwards and starts again from offset zero.
+	MarkerReplayReset = "replay_reset"
 )
 
 // Marker is a named instant with attributes.

@@ -1,0 +1,198 @@
+package sessions
+
+import (
+	"sort"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Cold-window end kinds: what closed the cold window of a run.
+const (
+	ColdEndFirstToken = "first_token" // the cold request's first token (the full cold start)
+	ColdEndHealthy    = "healthy"     // no cold request yet: start → healthy
+	ColdEndLastStage  = "last_stage"  // neither: start → end of the last stage
+)
+
+// Run is one cold start of a target within a session and everything that
+// belongs to it. Runs are computed from events alone, so the same code
+// serves live sessions, replays and files.
+type Run struct {
+	Index int `json:"index"`
+	// Start is the launch: the process start event, the run_start marker,
+	// or the earliest stage, whichever is first.
+	Start time.Duration `json:"start"`
+	// Healthy is the first successful health poll (0 when not seen).
+	Healthy time.Duration `json:"healthy,omitempty"`
+	// ColdEnd closes the cold window; ColdEndKind says what it was.
+	ColdEnd     time.Duration `json:"cold_end"`
+	ColdEndKind string        `json:"cold_end_kind"`
+	// Spans are the run's final stage spans (open ones replaced by their
+	// closed versions), in start order.
+	Spans []trace.Span `json:"spans"`
+	// Attribution decomposes [Start, ColdEnd) into stages.
+	Attribution trace.Attribution `json:"attribution"`
+	// Requests are the finished requests, in send order.
+	Requests []trace.Request `json:"requests"`
+	// Exit is the target's exit, if it exited; Crashed when treni-top did
+	// not ask for it.
+	Exit    *trace.Process `json:"exit,omitempty"`
+	Crashed bool           `json:"crashed,omitempty"`
+}
+
+// ColdTotal is the length of the cold window.
+func (r Run) ColdTotal() time.Duration { return r.ColdEnd - r.Start }
+
+// ColdRequest is the run's cold request, if probed.
+func (r Run) ColdRequest() (trace.Request, bool) {
+	for _, q := range r.Requests {
+		if q.Phase == trace.PhaseCold {
+			return q, true
+		}
+	}
+	return trace.Request{}, false
+}
+
+// Runs groups the session's events into runs.
+func (s *Session) Runs() []Run { return Analyze(s.Events) }
+
+// Analyze groups events by run and computes each run's spans, cold window,
+// attribution and requests.
+func Analyze(events []trace.Event) []Run {
+	type acc struct {
+		run      Run
+		hasStart bool
+		spans    map[spanKey]trace.Span
+		order    []spanKey
+		reqs     map[string]trace.Request
+		reqOrder []string
+		lastAt   time.Duration
+	}
+	byRun := map[int]*acc{}
+	get := func(i int) *acc {
+		a, ok := byRun[i]
+		if !ok {
+			a = &acc{run: Run{Index: i}, spans: map[spanKey]trace.Span{}, reqs: map[string]trace.Request{}}
+			byRun[i] = a
+		}
+		return a
+	}
+	for _, e := range events {
+		a := get(e.Run)
+		if e.At > a.lastAt {
+			a.lastAt = e.At
+		}
+		setStart := func(t time.Duration) {
+			if !a.hasStart || t < a.run.Start {
+				a.run.Start, a.hasStart = t, true
+			}
+		}
+		switch e.Kind {
+		case trace.KindStage:
+			sp := *e.Stage
+			k := spanKey{sp.Name, sp.Start}
+			if _, seen := a.spans[k]; !seen {
+				a.order = append(a.order, k)
+			}
+			a.spans[k] = sp
+		case trace.KindProcess:
+			switch e.Process.Action {
+			case trace.ProcessStart:
+				setStart(e.At)
+			case trace.ProcessExit:
+				p := *e.Process
+				a.run.Exit = &p
+				a.run.Crashed = !p.Expected
+			}
+		case trace.KindMarker:
+			switch e.Marker.Name {
+			case trace.MarkerRunStart:
+				setStart(e.At)
+			case trace.MarkerHealthy:
+				if a.run.Healthy == 0 {
+					a.run.Healthy = e.At
+				}
+			}
+		case trace.KindRequest:
+			q := *e.Request
+			if _, seen := a.reqs[q.ID]; !seen {
+				a.reqOrder = append(a.reqOrder, q.ID)
+			}
+			a.reqs[q.ID] = q
+		}
+	}
+	var idx []int
+	for i := range byRun {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	var runs []Run
+	for _, i := range idx {
+		a := byRun[i]
+		r := a.run
+		for _, k := range a.order {
+			r.Spans = append(r.Spans, a.spans[k])
+		}
+		sort.SliceStable(r.Spans, func(i, j int) bool { return r.Spans[i].Start < r.Spans[j].Start })
+		for _, sp := range r.Spans {
+			if !a.hasStart || sp.Start < r.Start {
+				r.Start, a.hasStart = sp.Start, true
+			}
+		}
+		for _, id := range a.reqOrder {
+			if q := a.reqs[id]; q.Done {
+				r.Requests = append(r.Requests, q)
+			}
+		}
+		sort.SliceStable(r.Requests, func(i, j int) bool { return r.Requests[i].Sent < r.Requests[j].Sent })
+		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
+			continue
+		}
+		r.ColdEnd, r.ColdEndKind = coldEnd(r, a.lastAt)
+		spans := r.Spans
+		if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 && !hasStage(spans, trace.StageFirstRequest) {
+			// The prober measured the cold request; show it as the
+			// first_request stage when no server log split it further.
+			spans = append(spans, trace.Span{Name: trace.StageFirstRequest, Start: q.Sent, End: q.Sent + q.FirstToken, Source: "probe"})
+			r.Spans = spans
+		}
+		r.Attribution = trace.Attribute(spans, trace.Interval{Start: r.Start, End: r.ColdEnd})
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+type spanKey struct {
+	name  trace.Stage
+	start time.Duration
+}
+
+func hasStage(spans []trace.Span, name trace.Stage) bool {
+	for _, s := range spans {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// coldEnd picks the end of the cold window: the cold request's first token,
+// else healthy, else the last stage's end (else the last event seen).
+func coldEnd(r Run, lastAt time.Duration) (time.Duration, string) {
+	if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 {
+		return q.Sent + q.FirstToken, ColdEndFirstToken
+	}
+	if r.Healthy > 0 {
+		return r.Healthy, ColdEndHealthy
+	}
+	end := r.Start
+	for _, s := range r.Spans {
+		if s.End > end {
+			end = s.End
+		}
+	}
+	if end == r.Start {
+		end = lastAt
+	}
+	return end, ColdEndLastStage
+}
