@@ -83,7 +83,14 @@ func Read(r io.Reader) (*Session, error) {
 				if lineNo == 1 {
 					return nil, fmt.Errorf("%w: the header line is incomplete", ErrNotSession)
 				}
-				s.Truncated = true
+				// A last line that lacks only its newline is kept; one cut
+				// inside the JSON (a killed recorder) is dropped.
+				var e trace.Event
+				if json.Unmarshal(line, &e) == nil && e.Validate() == nil {
+					s.Events = append(s.Events, e)
+				} else {
+					s.Truncated = true
+				}
 			}
 			break
 		}

@@ -27,7 +27,7 @@ type RequestRow struct {
 func Row(q trace.Request) RequestRow {
 	row := RequestRow{
 		Label: q.Label, Phase: q.Phase,
-		TTFT: ms(q.TTFT()), TTFB: ms(q.FirstByte), TPOT: ms(q.TPOT()), E2E: ms(q.E2E()),
+		TTFT: toMS(q.TTFT()), TTFB: toMS(q.FirstByte), TPOT: toMS(q.TPOT()), E2E: toMS(q.E2E()),
 		Tokens: q.OutputTokens(), MultiChunk: q.MultiTokenChunks, Error: q.Error,
 	}
 	if row.Label == "" {
@@ -121,7 +121,7 @@ func FormatDuration(d time.Duration) string {
 	case d < time.Millisecond:
 		return fmt.Sprintf("%d µs", d/time.Microsecond)
 	case d < time.Second:
-		return fmt.Sprintf("%.1f ms", ms(d))
+		return fmt.Sprintf("%.1f ms", toMS(d))
 	case d < time.Minute:
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}

@@ -65,13 +65,13 @@ func Percentile(sorted []float64, p float64) float64 {
 }
 
 // ms converts a duration to float milliseconds.
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func toMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // durationsMS converts durations to milliseconds.
 func durationsMS(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = ms(d)
+		out[i] = toMS(d)
 	}
 	return out
 }

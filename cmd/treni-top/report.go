@@ -1,14 +1,54 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions"
+)
 
 func newReportCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "report FILE",
-		Short:   "Print a session's stage table and cold/warm request summary (md, json, chrome)",
-		Example: "  treni-top report session.jsonl --format md",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top report'", "issue 2")
+	var format, out string
+	cmd := &cobra.Command{
+		Use:   "report FILE",
+		Short: "Print a session's stage table and cold/warm request summary (md, json, chrome)",
+		Long: `report reads a session file (.jsonl or .jsonl.gz) and prints, for every cold
+run in it, the stage table (start, duration, share of the cold total, overlaps,
+unattributed time, critical path), the cold and warm requests (TTFT, TTFB,
+ITL, TPOT, E2E) with min/median/max/spread and the cold penalty factor
+(cold_1 TTFT ÷ warm median), then the diagnosis.
+
+--format chrome writes a Chrome trace (traceEvents JSON) that Perfetto
+(ui.perfetto.dev) and chrome://tracing open: stages as slices, samples as
+counters, requests as async slices with a mark per token.`,
+		Example: `  treni-top report session.jsonl
+  treni-top report session.jsonl --format json | jq .runs[0].cold_total_ms
+  treni-top report session.jsonl --format chrome -o trace.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := sessions.Open(args[0])
+			if err != nil {
+				return withExit(2, err)
+			}
+			var data []byte
+			switch format {
+			case "md", "markdown":
+				data = []byte(sessions.BuildReport(s).Markdown())
+			case "json":
+				data, err = sessions.BuildReport(s).JSON()
+			case "chrome", "perfetto":
+				data, err = sessions.ExportChrome(s)
+			default:
+				return withExit(2, fmt.Errorf("unknown --format %q: use md, json or chrome", format))
+			}
+			if err != nil {
+				return withExit(2, err)
+			}
+			return writeOutput(cmd, out, data)
 		},
 	}
+	cmd.Flags().StringVarP(&format, "format", "f", "md", "output format: md, json or chrome")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of standard output")
+	return cmd
 }

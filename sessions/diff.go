@@ -1,0 +1,239 @@
+package sessions
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// DefaultThreshold is the smallest relative change diff calls a
+// regression (10%), unless the run-to-run spread is larger.
+const DefaultThreshold = 0.10
+
+// Diff verdicts per metric.
+const (
+	DiffRegression  = "REGRESSION"
+	DiffImprovement = "improved"
+	DiffNoise       = "within noise"
+	DiffUnchanged   = "unchanged"
+	DiffOnlyBase    = "only in base"
+	DiffOnlyNew     = "only in new"
+)
+
+// DiffOptions tunes Diff.
+type DiffOptions struct {
+	// Threshold is the relative change (0.10 = 10%) below which nothing is
+	// called; zero means DefaultThreshold.
+	Threshold float64
+}
+
+// DiffRow compares one metric. Every metric is a time in milliseconds
+// where lower is better.
+type DiffRow struct {
+	Metric string `json:"metric"`
+	Base   Stats  `json:"base"`
+	New    Stats  `json:"new"`
+	// Change is (new median − base median) ÷ base median.
+	Change float64 `json:"change"`
+	// Noise is the larger run-to-run spread of the two sides; a change
+	// must exceed it (and the threshold) to count.
+	Noise   float64 `json:"noise"`
+	Verdict string  `json:"verdict"`
+	// Why explains a regression in words, with evidence when there is any.
+	Why string `json:"why,omitempty"`
+}
+
+// DiffResult is the comparison of two sets of sessions.
+type DiffResult struct {
+	Threshold    float64   `json:"threshold"`
+	Base         []string  `json:"base"`
+	New          []string  `json:"new"`
+	Rows         []DiffRow `json:"rows"`
+	Regressions  int       `json:"regressions"`
+	Improvements int       `json:"improvements"`
+}
+
+// ErrUnusable is wrapped when a side of a diff has nothing to compare.
+var ErrUnusable = errors.New("unusable input")
+
+// Diff compares sessions: every run of every session on a side contributes
+// one value per metric (stage durations, cold total, cold TTFT) or several
+// (warm request metrics), so repeated runs widen the spread honestly.
+func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
+	th := opts.Threshold
+	if th <= 0 {
+		th = DefaultThreshold
+	}
+	res := DiffResult{Threshold: th}
+	for _, s := range base {
+		res.Base = append(res.Base, s.Path)
+	}
+	for _, s := range new {
+		res.New = append(res.New, s.Path)
+	}
+	bm, bn := collectMetrics(base)
+	nm, nn := collectMetrics(new)
+	if bn == 0 {
+		return res, fmt.Errorf("%w: the base sessions contain no run to compare", ErrUnusable)
+	}
+	if nn == 0 {
+		return res, fmt.Errorf("%w: the new sessions contain no run to compare", ErrUnusable)
+	}
+	names := map[string]bool{}
+	for k := range bm {
+		names[k] = true
+	}
+	for k := range nm {
+		names[k] = true
+	}
+	var keys []string
+	for k := range names {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return metricOrder(keys[i]) < metricOrder(keys[j]) || (metricOrder(keys[i]) == metricOrder(keys[j]) && keys[i] < keys[j])
+	})
+	for _, k := range keys {
+		row := DiffRow{Metric: k, Base: Summarize(bm[k]), New: Summarize(nm[k])}
+		switch {
+		case row.Base.N == 0:
+			row.Verdict = DiffOnlyNew
+		case row.New.N == 0:
+			row.Verdict = DiffOnlyBase
+		default:
+			if row.Base.Median > 0 {
+				row.Change = (row.New.Median - row.Base.Median) / row.Base.Median
+			}
+			row.Noise = math.Max(row.Base.Spread, row.New.Spread)
+			mag := math.Abs(row.Change)
+			switch {
+			case mag < 0.005:
+				row.Verdict = DiffUnchanged
+			case mag <= th || mag <= row.Noise:
+				row.Verdict = DiffNoise
+			case row.Change > 0:
+				row.Verdict = DiffRegression
+				res.Regressions++
+			default:
+				row.Verdict = DiffImprovement
+				res.Improvements++
+			}
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	return res, nil
+}
+
+// collectMetrics gathers every metric value of every run of the sessions.
+func collectMetrics(ss []*Session) (map[string][]float64, int) {
+	m := map[string][]float64{}
+	runs := 0
+	for _, s := range ss {
+		for _, run := range s.Runs() {
+			runs++
+			if run.ColdEndKind != ColdEndLastStage {
+				m["cold_total/"+run.ColdEndKind] = append(m["cold_total/"+run.ColdEndKind], toMS(run.ColdTotal()))
+			}
+			for _, st := range run.Attribution.Stages {
+				m["stage/"+string(st.Name)] = append(m["stage/"+string(st.Name)], toMS(st.Duration))
+			}
+			if len(run.Attribution.Stages) > 0 {
+				m["stage/"+string(trace.StageUnattributed)] = append(m["stage/"+string(trace.StageUnattributed)], toMS(run.Attribution.Unattributed))
+			}
+			rs := SummarizeRequests(run.Requests)
+			if rs.Cold != nil {
+				m["cold_ttft"] = append(m["cold_ttft"], rs.Cold.TTFT)
+				m["cold_e2e"] = append(m["cold_e2e"], rs.Cold.E2E)
+			}
+			for _, row := range rs.Rows {
+				if row.Phase != trace.PhaseWarm || row.Error != "" {
+					continue
+				}
+				m["warm_ttft"] = append(m["warm_ttft"], row.TTFT)
+				if row.TTFB > 0 {
+					m["warm_ttfb"] = append(m["warm_ttfb"], row.TTFB)
+				}
+				if row.ITLP50 > 0 {
+					m["warm_itl_p50"] = append(m["warm_itl_p50"], row.ITLP50)
+				}
+				if row.TPOT > 0 {
+					m["warm_tpot"] = append(m["warm_tpot"], row.TPOT)
+				}
+				m["warm_e2e"] = append(m["warm_e2e"], row.E2E)
+			}
+		}
+	}
+	return m, runs
+}
+
+// metricOrder sorts cold totals first, then stages in taxonomy order, then
+// request metrics.
+func metricOrder(k string) int {
+	switch {
+	case strings.HasPrefix(k, "cold_total"):
+		return 0
+	case strings.HasPrefix(k, "stage/"):
+		return 10 + trace.Stage(strings.TrimPrefix(k, "stage/")).Order()
+	case strings.HasPrefix(k, "cold_"):
+		return 100
+	}
+	return 200
+}
+
+// JSON renders the diff for scripts.
+func (d DiffResult) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode diff: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Text renders the diff for people and CI logs: a verdict line first, then
+// the table, then one line per regression.
+func (d DiffResult) Text() string {
+	var b strings.Builder
+	switch {
+	case d.Regressions > 0:
+		fmt.Fprintf(&b, "REGRESSION: %d metric(s) slower by more than %.0f%% and more than the run-to-run spread\n", d.Regressions, 100*d.Threshold)
+	default:
+		fmt.Fprintf(&b, "OK: no regression beyond %.0f%% and the run-to-run spread", 100*d.Threshold)
+		if d.Improvements > 0 {
+			fmt.Fprintf(&b, " (%d improved)", d.Improvements)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "base: %s\nnew:  %s\n\n", strings.Join(d.Base, ", "), strings.Join(d.New, ", "))
+	fmt.Fprintf(&b, "%-32s %24s %24s %9s %7s  %s\n", "metric (ms)", "base min/med/max", "new min/med/max", "change", "noise", "verdict")
+	for _, r := range d.Rows {
+		change := "—"
+		if r.Base.N > 0 && r.New.N > 0 {
+			change = fmt.Sprintf("%+.1f%%", 100*r.Change)
+		}
+		fmt.Fprintf(&b, "%-32s %24s %24s %9s %6.0f%%  %s\n", r.Metric, triple(r.Base), triple(r.New), change, 100*r.Noise, r.Verdict)
+	}
+	for _, r := range d.Rows {
+		if r.Verdict == DiffRegression {
+			fmt.Fprintf(&b, "\n%s %+.0f%%: median %s → %s ms (n=%d → %d)", r.Metric, 100*r.Change, fmtMS(r.Base.Median), fmtMS(r.New.Median), r.Base.N, r.New.N)
+			if r.Why != "" {
+				b.WriteString(" — " + r.Why)
+			}
+		}
+	}
+	if d.Regressions > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func triple(s Stats) string {
+	if s.N == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%s/%s/%s", fmtMS(s.Min), fmtMS(s.Median), fmtMS(s.Max))
+}

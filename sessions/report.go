@@ -1,0 +1,229 @@
+package sessions
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Report is what `treni-top report` prints: per run, the stage table and
+// the cold/warm request decomposition, then the diagnosis.
+type Report struct {
+	Header    Header      `json:"header"`
+	Runs      []RunReport `json:"runs"`
+	Diagnosis Diagnosis   `json:"diagnosis"`
+	Truncated bool        `json:"truncated,omitempty"`
+}
+
+// RunReport is one cold run in a report. Times are milliseconds; stage
+// starts are relative to the run's start.
+type RunReport struct {
+	Index       int     `json:"index"`
+	ColdTotalMS float64 `json:"cold_total_ms"`
+	// ColdEnd says what closed the cold window (first_token, healthy, …).
+	ColdEnd         string           `json:"cold_end"`
+	HealthyMS       float64          `json:"healthy_ms,omitempty"`
+	Stages          []StageRow       `json:"stages"`
+	UnattributedMS  float64          `json:"unattributed_ms"`
+	UnattributedPct float64          `json:"unattributed_share"`
+	Dominant        trace.Stage      `json:"dominant,omitempty"`
+	CriticalPath    []trace.PathStep `json:"critical_path,omitempty"`
+	Requests        RequestSummary   `json:"requests"`
+	Crashed         bool             `json:"crashed,omitempty"`
+	ExitCode        int              `json:"exit_code,omitempty"`
+}
+
+// StageRow is one stage in a report.
+type StageRow struct {
+	Name        trace.Stage   `json:"name"`
+	StartMS     float64       `json:"start_ms"`
+	DurationMS  float64       `json:"duration_ms"`
+	Share       float64       `json:"share"`
+	ExclusiveMS float64       `json:"exclusive_ms"`
+	Overlaps    []trace.Stage `json:"overlaps,omitempty"`
+	Workers     int           `json:"workers,omitempty"`
+	Attrs       trace.Attrs   `json:"attrs,omitempty"`
+}
+
+// BuildReport computes the report of a session.
+func BuildReport(s *Session) Report {
+	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated}
+	for _, run := range s.Runs() {
+		r.Runs = append(r.Runs, buildRunReport(run))
+	}
+	return r
+}
+
+func buildRunReport(run Run) RunReport {
+	a := run.Attribution
+	rr := RunReport{
+		Index: run.Index, ColdTotalMS: toMS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
+		UnattributedMS: toMS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
+		Dominant: a.Dominant, CriticalPath: a.CriticalPath,
+		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed,
+	}
+	if run.Healthy > 0 {
+		rr.HealthyMS = toMS(run.Healthy - run.Start)
+	}
+	if run.Exit != nil {
+		rr.ExitCode = run.Exit.ExitCode
+	}
+	workers := map[trace.Stage]int{}
+	for _, sp := range run.Spans {
+		if sp.Workers > workers[sp.Name] {
+			workers[sp.Name] = sp.Workers
+		}
+	}
+	for _, st := range a.Stages {
+		rr.Stages = append(rr.Stages, StageRow{
+			Name: st.Name, StartMS: toMS(st.Start - run.Start), DurationMS: toMS(st.Duration),
+			Share: st.Share, ExclusiveMS: toMS(st.Exclusive), Overlaps: st.Overlaps,
+			Workers: workers[st.Name], Attrs: st.Attrs,
+		})
+	}
+	return rr
+}
+
+// JSON renders the report for scripts.
+func (r Report) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode report: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Markdown renders the report for people: the runbook's tables.
+func (r Report) Markdown() string {
+	var b strings.Builder
+	h := r.Header
+	fmt.Fprintf(&b, "# treni-top session report\n\n")
+	fmt.Fprintf(&b, "- target: %s\n", h.Target.Describe())
+	if h.Target.Model != "" && h.Target.Kind != TargetBuiltin {
+		fmt.Fprintf(&b, "- model: %s\n", h.Target.Model)
+	}
+	if h.Target.ServerKind != "" {
+		fmt.Fprintf(&b, "- server: %s\n", h.Target.ServerKind)
+	}
+	device := h.Target.Device
+	if device == "" && len(h.GPUs) > 0 {
+		device = h.GPUs[0].Name
+	}
+	if device != "" {
+		fmt.Fprintf(&b, "- device: %s\n", device)
+	}
+	fmt.Fprintf(&b, "- host: %s (%s/%s, %d CPUs)\n", h.Host.Hostname, h.Host.OS, h.Host.Arch, h.Host.CPUs)
+	if !h.Created.IsZero() {
+		fmt.Fprintf(&b, "- recorded: %s by treni-top %s\n", h.Created.Format(time.RFC3339), h.ToolVersion)
+	}
+	var weights int64
+	for _, f := range h.ModelFiles {
+		weights += f.Bytes
+	}
+	if weights > 0 {
+		fmt.Fprintf(&b, "- weights: %d files, %.2f GB\n", len(h.ModelFiles), float64(weights)/1e9)
+	}
+	if r.Truncated {
+		fmt.Fprintf(&b, "- note: the file ends mid-line (the recorder was killed); everything before it is included\n")
+	}
+	if len(r.Runs) == 0 {
+		b.WriteString("\nNo runs recorded.\n")
+	}
+	for _, run := range r.Runs {
+		writeRunMarkdown(&b, run, len(r.Runs) > 1)
+	}
+	b.WriteString("\n## Diagnosis\n\n")
+	b.WriteString("| | hypothesis | verdict | evidence |\n|---|---|---|---|\n")
+	for _, hy := range r.Diagnosis.Hypotheses {
+		var ev []string
+		for _, e := range hy.Evidence {
+			ev = append(ev, e.Name+" "+e.Value)
+		}
+		if len(hy.Missing) > 0 {
+			ev = append(ev, "missing: "+strings.Join(hy.Missing, ", "))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", hy.Code, hy.Title, hy.Verdict, strings.Join(ev, "; "))
+	}
+	if r.Diagnosis.Summary != "" {
+		fmt.Fprintf(&b, "\n%s\n", r.Diagnosis.Summary)
+	}
+	return b.String()
+}
+
+func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
+	title := "Cold start"
+	if numbered {
+		title = fmt.Sprintf("Run %d: cold start", run.Index)
+	}
+	end := map[string]string{ColdEndFirstToken: "process start → first token", ColdEndHealthy: "process start → healthy", ColdEndLastStage: "process start → last stage"}[run.ColdEnd]
+	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
+	if run.Crashed {
+		fmt.Fprintf(b, "**The target crashed (exit code %d).**\n\n", run.ExitCode)
+	}
+	b.WriteString("| stage | start | duration | share | exclusive | overlaps |\n|---|--:|--:|--:|--:|---|\n")
+	for _, s := range run.Stages {
+		name := string(s.Name)
+		if s.Name == run.Dominant {
+			name = "**" + name + "**"
+		}
+		if s.Workers > 1 {
+			name += fmt.Sprintf(" (×%d workers)", s.Workers)
+		}
+		var ov []string
+		for _, o := range s.Overlaps {
+			ov = append(ov, string(o))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.1f%% | %s | %s |\n", name, fmtMS(s.StartMS), fmtMS(s.DurationMS), 100*s.Share, fmtMS(s.ExclusiveMS), strings.Join(ov, ", "))
+	}
+	un := string(trace.StageUnattributed)
+	if run.Dominant == trace.StageUnattributed {
+		un = "**" + un + "**"
+	}
+	fmt.Fprintf(b, "| %s | | %s | %.1f%% | | |\n", un, fmtMS(run.UnattributedMS), 100*run.UnattributedPct)
+	if len(run.CriticalPath) > 0 {
+		var steps []string
+		for _, st := range run.CriticalPath {
+			steps = append(steps, fmt.Sprintf("%s %s", st.Name, fmtMS(toMS(st.End-st.Start))))
+		}
+		fmt.Fprintf(b, "\nCritical path: %s\n", strings.Join(steps, " → "))
+	}
+	q := run.Requests
+	if len(q.Rows) == 0 {
+		return
+	}
+	b.WriteString("\n| run | TTFT ms | TTFB ms | ITL p50 | ITL p99 | TPOT ms | E2E ms | tokens | notes |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, row := range q.Rows {
+		note := ""
+		switch {
+		case row.Error != "":
+			note = "error: " + row.Error
+		case row.Phase == trace.PhaseWarmup:
+			note = "warm-up, not counted"
+		case row.Phase == trace.PhaseCold:
+			note = "first request after healthy"
+		}
+		if row.MultiChunk > 0 {
+			note = strings.TrimPrefix(note+fmt.Sprintf("; %d multi-token chunks", row.MultiChunk), "; ")
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", row.Label, fmtMS(row.TTFT), fmtMS(row.TTFB), fmtMS(row.ITLP50), fmtMS(row.ITLP99), fmtMS(row.TPOT), fmtMS(row.E2E), row.Tokens, note)
+	}
+	if q.WarmTTFT.N > 0 {
+		b.WriteString("\n| warm (n=" + fmt.Sprint(q.WarmTTFT.N) + ") | min | median | max | spread |\n|---|--:|--:|--:|--:|\n")
+		for _, m := range []struct {
+			name string
+			s    Stats
+		}{{"TTFT ms", q.WarmTTFT}, {"TTFB ms", q.WarmTTFB}, {"ITL ms", q.WarmITL}, {"TPOT ms", q.WarmTPOT}, {"E2E ms", q.WarmE2E}} {
+			if m.s.N == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f%% |\n", m.name, fmtMS(m.s.Min), fmtMS(m.s.Median), fmtMS(m.s.Max), 100*m.s.Spread)
+		}
+	}
+	if q.ColdPenalty > 0 {
+		fmt.Fprintf(b, "\nCold penalty factor: cold_1 TTFT ÷ warm median = **%.1f×** (E2E %.1f×); warm band %s ± %.0f%%.\n",
+			q.ColdPenalty, q.ColdPenaltyE2E, fmtMS(q.WarmTTFT.Median)+" ms", 100*q.WarmTTFT.Spread)
+	}
+}

@@ -1,0 +1,484 @@
+package sessions
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+var warm5 = []float64{50, 52, 51, 49, 50}
+
+func TestRecordReadRoundTrip(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	for _, name := range []string{"s.jsonl", "s.jsonl.gz"} {
+		path := writeSession(t, t.TempDir(), name, evs)
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Truncated || len(s.Events) != len(evs) {
+			t.Fatalf("%s: truncated=%v events=%d want %d", name, s.Truncated, len(s.Events), len(evs))
+		}
+		for i := range evs {
+			if !reflect.DeepEqual(normalize(t, evs[i]), s.Events[i]) {
+				t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i, evs[i], s.Events[i])
+			}
+		}
+		if s.Header.Format != FormatName || s.Header.Target.Model != "demo-qwen3" || s.Header.ModelFiles[0].Bytes != 4e8 {
+			t.Fatalf("header %+v", s.Header)
+		}
+	}
+}
+
+// normalize passes an event through JSON, as numbers in attrs come back as
+// float64.
+func normalize(t *testing.T, e trace.Event) trace.Event {
+	b, _ := json.Marshal(e)
+	var out trace.Event
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestTruncatedAtEveryByteOfLastLine(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	path := writeSession(t, t.TempDir(), "s.jsonl", evs)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.TrimSuffix(data, []byte("\n"))
+	lastStart := bytes.LastIndexByte(body, '\n') + 1
+	for cut := lastStart; cut <= len(data); cut++ {
+		s, err := Read(bytes.NewReader(data[:cut]))
+		if err != nil {
+			t.Fatalf("cut at %d of %d: %v", cut, len(data), err)
+		}
+		want := len(evs) - 1
+		if cut == len(data)-1 {
+			// Only the newline is missing: the last event is complete.
+			want = len(evs)
+		}
+		if cut == len(data) {
+			if s.Truncated || len(s.Events) != len(evs) {
+				t.Fatalf("full file: truncated=%v n=%d", s.Truncated, len(s.Events))
+			}
+			continue
+		}
+		if len(s.Events) != want {
+			t.Fatalf("cut at %d: %d events, want %d", cut, len(s.Events), want)
+		}
+		if cut > lastStart && cut < len(data)-1 && !s.Truncated {
+			t.Fatalf("cut at %d: not marked truncated", cut)
+		}
+	}
+}
+
+func TestTruncatedGzip(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	h, _ := json.Marshal(NewHeader("t", time.Now(), Target{Kind: TargetBuiltin}))
+	zw.Write(append(h, '\n'))
+	for _, e := range evs {
+		b, _ := json.Marshal(e)
+		zw.Write(append(b, '\n'))
+		zw.Flush()
+	}
+	// No Close: the gzip trailer is missing, as after a crash; cut a few
+	// more bytes too.
+	data := buf.Bytes()[:buf.Len()-7]
+	s, err := Read(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Truncated || len(s.Events) < len(evs)-2 {
+		t.Fatalf("truncated=%v events=%d of %d", s.Truncated, len(s.Events), len(evs))
+	}
+}
+
+func TestReaderRefusals(t *testing.T) {
+	newer := strings.Replace(headerLine(t), `"version":"1.0"`, `"version":"2.3"`, 1)
+	cases := map[string]string{
+		"empty":       "",
+		"not json":    "hello\n",
+		"other json":  `{"format":"something-else","version":"1.0"}` + "\n",
+		"newer major": newer + "\n",
+		"bad event":   headerLine(t) + "\n" + `{"t":1,"kind":"stage"}` + "\n",
+		"garbage":     headerLine(t) + "\n" + `{"t":1,"kind":` + "\n" + `{"t":2,"kind":"marker","marker":{"name":"x"}}` + "\n",
+	}
+	for name, in := range cases {
+		_, err := Read(strings.NewReader(in))
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if name == "newer major" && !strings.Contains(err.Error(), `"2.3"`) {
+			t.Errorf("newer major: message %q does not name the version", err)
+		}
+		if (name == "empty" || name == "not json" || name == "other json") && !errors.Is(err, ErrNotSession) {
+			t.Errorf("%s: %v is not ErrNotSession", name, err)
+		}
+	}
+	// A newer minor version with an unknown event kind still reads.
+	minor := strings.Replace(headerLine(t), `"version":"1.0"`, `"version":"1.7"`, 1)
+	s, err := Read(strings.NewReader(minor + "\n" + `{"t":1,"kind":"hologram","hologram":{}}` + "\n" + `{"t":2,"kind":"marker","marker":{"name":"x"}}` + "\n"))
+	if err != nil || s.Skipped != 1 || len(s.Events) != 1 {
+		t.Fatalf("newer minor: %v skipped=%v", err, s)
+	}
+}
+
+func headerLine(t *testing.T) string {
+	b, err := json.Marshal(NewHeader("t", time.Unix(0, 0), Target{Kind: TargetBuiltin}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRecorderSurvivesSIGKILL re-executes the test binary as a recorder
+// that writes events forever, kills it with SIGKILL, and reads the file.
+func TestRecorderSurvivesSIGKILL(t *testing.T) {
+	if path := os.Getenv("TRENI_TEST_RECORDER_PATH"); path != "" {
+		r, err := Create(path, NewHeader("t", time.Now(), Target{Kind: TargetBuiltin}))
+		if err != nil {
+			os.Exit(3)
+		}
+		big := strings.Repeat("x", 3000) // long lines make a cut mid-line likely
+		for i := 0; ; i++ {
+			r.Emit(trace.Event{At: time.Duration(i), Kind: trace.KindLog, Log: &trace.Log{Stream: "stdout", Text: strconv.Itoa(i) + big}})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "killed.jsonl")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRecorderSurvivesSIGKILL$")
+	cmd.Env = append(os.Environ(), "TRENI_TEST_RECORDER_PATH="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if st, err := os.Stat(path); err == nil && st.Size() > 1<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("recorder child wrote less than 1 MiB in 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill() // SIGKILL
+	cmd.Wait()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("read after SIGKILL: %v", err)
+	}
+	if len(s.Events) < 100 {
+		t.Fatalf("only %d events survived", len(s.Events))
+	}
+	for i, e := range s.Events {
+		if e.At != time.Duration(i) || !strings.HasPrefix(e.Log.Text, strconv.Itoa(i)+"x") {
+			t.Fatalf("event %d corrupt: %v %q", i, e.At, e.Log.Text[:10])
+		}
+	}
+}
+
+func TestAnalyzeRuns(t *testing.T) {
+	evs := append(coldRun(0, 0, 1, warm5), coldRun(1, 3*time.Second, 1.1, warm5)...)
+	runs := Analyze(evs)
+	if len(runs) != 2 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	r := runs[0]
+	if r.ColdEndKind != ColdEndFirstToken || r.ColdEnd != 450*ms || r.Start != 0 {
+		t.Fatalf("cold window %v..%v (%s)", r.Start, r.ColdEnd, r.ColdEndKind)
+	}
+	for _, sp := range r.Spans {
+		if sp.Open {
+			t.Fatalf("open span %s survived its close", sp.Name)
+		}
+	}
+	a := r.Attribution
+	// Stages cover [0,292); the healthy→sent gap [292,300) is unattributed;
+	// first_request [300,450) comes from the prober.
+	if a.Unattributed != 8*ms {
+		t.Fatalf("unattributed %v", a.Unattributed)
+	}
+	if fr, ok := a.Stage(trace.StageFirstRequest); !ok || fr.Duration != 150*ms {
+		t.Fatalf("first_request %+v", fr)
+	}
+	if a.Dominant != trace.StagePageCache {
+		t.Fatalf("dominant %s", a.Dominant)
+	}
+	rs := SummarizeRequests(r.Requests)
+	if rs.Cold == nil || rs.Cold.TTFT != 150 || rs.WarmTTFT.N != 5 || rs.WarmTTFT.Median != 50 {
+		t.Fatalf("requests %+v", rs)
+	}
+	if rs.ColdPenalty != 3 {
+		t.Fatalf("cold penalty %v, want 3", rs.ColdPenalty)
+	}
+	if s := rs.WarmTTFT.Spread; s < 0.059 || s > 0.061 {
+		t.Fatalf("spread %v, want (52-49)/50", s)
+	}
+	if runs[1].Start != 3*time.Second || runs[1].Index != 1 {
+		t.Fatalf("run 1 starts %v", runs[1].Start)
+	}
+}
+
+func TestReportFormats(t *testing.T) {
+	path := writeSession(t, t.TempDir(), "s.jsonl", coldRun(0, 0, 1, warm5))
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := BuildReport(s).Markdown()
+	for _, want := range []string{"page_cache", "**page_cache**", "unattributed", "cold_1", "warm_5", "Cold penalty factor", "3.0×", "Critical path", "insufficient evidence"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	js, err := BuildReport(s).JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Runs) != 1 || back.Runs[0].ColdTotalMS != 450 {
+		t.Fatalf("json report: %v %+v", err, back.Runs)
+	}
+}
+
+func TestChromeExportHasPerfettoFields(t *testing.T) {
+	s, err := Open(writeSession(t, t.TempDir(), "s.jsonl", coldRun(0, 0, 1, warm5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ExportChrome(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	phases := map[string]int{}
+	for _, e := range doc.TraceEvents {
+		ph, _ := e["ph"].(string)
+		phases[ph]++
+		for _, k := range []string{"ph", "pid", "name"} {
+			if _, ok := e[k]; !ok {
+				t.Fatalf("event lacks %q: %v", k, e)
+			}
+		}
+		if ph == "M" {
+			continue
+		}
+		if _, ok := e["ts"]; !ok {
+			t.Fatalf("event lacks ts: %v", e)
+		}
+		if _, ok := e["tid"]; !ok && ph != "C" {
+			t.Fatalf("event lacks tid: %v", e)
+		}
+		if ph == "X" {
+			if dur, ok := e["dur"].(float64); !ok || dur < 0 {
+				t.Fatalf("slice lacks dur: %v", e)
+			}
+		}
+	}
+	// 8 stages + first_request + gaps as X; requests b/e; tokens n;
+	// samples C.
+	if phases["X"] < 9 || phases["b"] < 7 || phases["b"] != phases["e"] || phases["n"] != 7*4 || phases["C"] < 10 {
+		t.Fatalf("phase counts %v", phases)
+	}
+}
+
+func TestDiffNoiseAware(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string, evs []trace.Event) *Session {
+		s, err := Open(writeSession(t, dir, name, evs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Three quiet base runs and three quiet runs 30% slower: flagged.
+	var base, slow []*Session
+	for i, j := range []float64{1.0, 1.01, 0.99} {
+		base = append(base, open("b"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, j, warm5)))
+		slow = append(slow, open("n"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, 1.3*j, warm5)))
+	}
+	res, err := Diff(base, slow, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := findRow(t, res, "stage/page_cache")
+	if row.Verdict != DiffRegression || row.Change < 0.29 || row.Change > 0.31 {
+		t.Fatalf("30%% slowdown outside spread: %+v", row)
+	}
+	if res.Regressions == 0 || !strings.HasPrefix(res.Text(), "REGRESSION") {
+		t.Fatalf("no regression called:\n%s", res.Text())
+	}
+	if w := findRow(t, res, "warm_ttft"); w.Verdict == DiffRegression {
+		t.Fatalf("warm TTFT did not change but was flagged: %+v", w)
+	}
+	// Noisy sides (runs spread over ±40%) with a 30% median shift: not
+	// flagged, the spread swallows it.
+	var noisyBase, noisyNew []*Session
+	for i, j := range []float64{0.7, 1.0, 1.4} {
+		noisyBase = append(noisyBase, open("nb"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, j, warm5)))
+		noisyNew = append(noisyNew, open("nn"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, 1.3*j, warm5)))
+	}
+	res, err = Diff(noisyBase, noisyNew, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row = findRow(t, res, "stage/page_cache")
+	if row.Verdict != DiffNoise || row.Change < 0.29 {
+		t.Fatalf("30%% inside a noisy spread: %+v", row)
+	}
+	if res.Regressions != 0 {
+		t.Fatalf("regression called inside noise:\n%s", res.Text())
+	}
+	// Unusable input.
+	empty := &Session{Header: base[0].Header}
+	if _, err := Diff([]*Session{empty}, slow, DiffOptions{}); !errors.Is(err, ErrUnusable) {
+		t.Fatalf("empty base: %v", err)
+	}
+}
+
+func findRow(t *testing.T, res DiffResult, metric string) DiffRow {
+	t.Helper()
+	for _, r := range res.Rows {
+		if r.Metric == metric {
+			return r
+		}
+	}
+	t.Fatalf("no row %s in\n%s", metric, res.Text())
+	return DiffRow{}
+}
+
+// TestReplayTiming checks that events come out in order at their scaled
+// offsets, within 5 ms. A loaded CI machine can delay one wake-up by more
+// than that, so the whole replay gets three attempts; a replayer that is
+// systematically early or late fails all three.
+func TestReplayTiming(t *testing.T) {
+	var evs []trace.Event
+	for i, off := range []int{0, 20, 40, 40, 60, 100, 150, 200} {
+		evs = append(evs, trace.Event{At: time.Duration(off) * ms, Kind: trace.KindMarker, Marker: &trace.Marker{Name: strconv.Itoa(i)}})
+	}
+	const speed = 2.0
+	var lastErr string
+	for attempt := 0; attempt < 3; attempt++ {
+		var got []time.Duration
+		var names []string
+		start := time.Now()
+		rp := NewReplayer(evs, ReplayOptions{Speed: speed})
+		err := rp.Run(context.Background(), trace.SinkFunc(func(e trace.Event) {
+			got = append(got, time.Since(start))
+			names = append(names, e.Marker.Name)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lastErr = ""
+		for i, e := range evs {
+			if names[i] != e.Marker.Name {
+				t.Fatalf("out of order: %v", names)
+			}
+			want := time.Duration(float64(e.At) / speed)
+			if diff := got[i] - want; diff < -time.Millisecond || diff > 5*ms {
+				lastErr = "event " + strconv.Itoa(i) + " at " + got[i].String() + ", want " + want.String()
+			}
+		}
+		if lastErr == "" {
+			return
+		}
+	}
+	t.Fatal(lastErr)
+}
+
+func TestReplayFastPauseSeek(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	var n int
+	if err := NewReplayer(evs, ReplayOptions{Fast: true}).Run(context.Background(), trace.SinkFunc(func(trace.Event) { n++ })); err != nil || n != len(evs) {
+		t.Fatalf("fast: %v, %d of %d", err, n, len(evs))
+	}
+	// Paused at start, seek to the end: everything arrives at once, then
+	// seeking back emits a reset marker and replays up to the target.
+	rp := NewReplayer(evs, ReplayOptions{Speed: 1})
+	rp.SetPaused(true)
+	got := make(chan trace.Event, 4*len(evs))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rp.Run(ctx, trace.SinkFunc(func(e trace.Event) { got <- e })) }()
+	rp.Seek(600 * ms)
+	waitFor := func(pred func(trace.Event) bool) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case e := <-got:
+				if pred(e) {
+					return
+				}
+			case <-timeout:
+				t.Fatal("timed out waiting for replay event")
+			}
+		}
+	}
+	waitFor(func(e trace.Event) bool { return e.Kind == trace.KindRequest && e.Request.Label == "cold_1" })
+	rp.Seek(100 * ms)
+	waitFor(func(e trace.Event) bool { return e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerReplayReset })
+	if p := rp.Position(); p != 100*ms {
+		t.Fatalf("position after seek %v", p)
+	}
+	rp.SetSpeed(1000)
+	rp.SetPaused(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("replay did not finish")
+	}
+}
+
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(""))
+	evs := coldRun(0, 0, 1, []float64{50})
+	var buf bytes.Buffer
+	h, _ := json.Marshal(NewHeader("t", time.Unix(0, 0), Target{Kind: TargetBuiltin}))
+	buf.Write(append(h, '\n'))
+	for _, e := range evs[:6] {
+		b, _ := json.Marshal(e)
+		buf.Write(append(b, '\n'))
+	}
+	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:buf.Len()-9])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Read(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		// Whatever reads must analyze and report without panicking.
+		_ = BuildReport(s).Markdown()
+		if _, err := ExportChrome(s); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
