@@ -124,9 +124,71 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 				res.Improvements++
 			}
 		}
+		if row.Verdict == DiffRegression {
+			row.Why = explainRegression(k, base, new)
+		}
 		res.Rows = append(res.Rows, row)
 	}
 	return res, nil
+}
+
+// explainRegression says in words what the diagnosis saw differently on the
+// two sides: the page-cache state for loading stages, the dominant term
+// otherwise.
+func explainRegression(metric string, base, new []*Session) string {
+	bf, bd := sideFacts(base)
+	nf, nd := sideFacts(new)
+	loading := metric == "stage/"+string(trace.StagePageCache) || metric == "stage/"+string(trace.StageDecoderTensorUpload) ||
+		metric == "stage/"+string(trace.StageModelLoad) || strings.HasPrefix(metric, "cold_")
+	if loading && bf >= 0 && nf >= 0 && nf < ColdResidency && bf >= WarmResidency {
+		return fmt.Sprintf("the page cache was cold in NEW, %.0f%% of the weights resident against %.0f%% in BASE", 100*nf, 100*bf)
+	}
+	if loading && bf >= 0 && nf >= 0 && bf < ColdResidency && nf >= WarmResidency {
+		return fmt.Sprintf("not the page cache: BASE was the cold one (%.0f%% resident) and NEW had %.0f%%", 100*bf, 100*nf)
+	}
+	if nd != "" && nd != bd {
+		return "the dominant cold term changed: BASE " + orNone(bd) + ", NEW " + nd
+	}
+	if nd != "" {
+		return "dominant cold term on both sides: " + nd
+	}
+	return ""
+}
+
+// sideFacts returns the median residency before launch (−1 if unknown) and
+// the most common dominant-hypothesis description of a side's runs.
+func sideFacts(ss []*Session) (float64, string) {
+	var res []float64
+	votes := map[string]int{}
+	for _, s := range ss {
+		for _, run := range s.Runs() {
+			d := DiagnoseRun(s.Events, run)
+			if d.Facts.ResidentBefore >= 0 {
+				res = append(res, d.Facts.ResidentBefore)
+			}
+			if d.Dominant != "" {
+				h, _ := d.Hypothesis(d.Dominant)
+				votes[h.Code+" ("+h.Title+")"]++
+			}
+		}
+	}
+	best, n := "", 0
+	for k, v := range votes {
+		if v > n || v == n && k < best {
+			best, n = k, v
+		}
+	}
+	if len(res) == 0 {
+		return -1, best
+	}
+	return Summarize(res).Median, best
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // collectMetrics gathers every metric value of every run of the sessions.

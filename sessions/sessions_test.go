@@ -442,7 +442,9 @@ func TestReplayFastPauseSeek(t *testing.T) {
 	}
 	waitFor(func(e trace.Event) bool { return e.Kind == trace.KindRequest && e.Request.Label == "cold_1" })
 	rp.Seek(100 * ms)
-	waitFor(func(e trace.Event) bool { return e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerReplayReset })
+	waitFor(func(e trace.Event) bool {
+		return e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerReplayReset
+	})
 	if p := rp.Position(); p != 100*ms {
 		t.Fatalf("position after seek %v", p)
 	}

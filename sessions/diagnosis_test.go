@@ -1,0 +1,157 @@
+package sessions
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// scenario builds a run whose stages are given as (stage, ms) in sequence,
+// with an optional residency check before launch and a cold + warm probe.
+type scenario struct {
+	stages    []stageDur
+	residency float64 // fraction resident before launch; <0 = not probed
+	weights   float64
+	coldTTFT  float64
+	warmTTFT  float64
+	rssJump   float64 // RSS growth during the cold request
+}
+
+type stageDur struct {
+	name trace.Stage
+	ms   float64
+}
+
+func (sc scenario) events() []trace.Event {
+	var ev []trace.Event
+	if sc.residency >= 0 {
+		ev = append(ev, trace.Event{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerResidency,
+			Attrs: trace.Attrs{"resident_bytes": sc.residency * sc.weights, "total_bytes": sc.weights}}})
+	}
+	ev = append(ev, trace.Event{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, PID: 1}})
+	t := 0.0
+	for _, s := range sc.stages {
+		ev = append(ev, trace.Event{At: d(t + s.ms), Kind: trace.KindStage, Stage: &trace.Span{Name: s.name, Start: d(t), End: d(t + s.ms)}})
+		t += s.ms
+	}
+	ev = append(ev, trace.Event{At: d(t), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerHealthy}})
+	sent := t + 1
+	ev = append(ev, trace.Event{At: d(sent), Kind: trace.KindSample, Sample: &trace.Sample{Source: trace.SourceProcess, Values: map[string]float64{trace.MetricRSS: 1e8}}})
+	ev = append(ev, trace.Event{At: d(sent + sc.coldTTFT), Kind: trace.KindSample, Sample: &trace.Sample{Source: trace.SourceProcess, Values: map[string]float64{trace.MetricRSS: 1e8 + sc.rssJump}}})
+	req := func(id string, phase trace.Phase, at, ttft float64) {
+		ev = append(ev, trace.Event{At: d(at + ttft + 10), Kind: trace.KindRequest, Request: &trace.Request{ID: id, Label: id, Phase: phase,
+			Sent: d(at), FirstToken: d(ttft), Tokens: []time.Duration{d(ttft), d(ttft + 5), d(ttft + 10)}, End: d(ttft + 10), Done: true}})
+	}
+	req("cold_1", trace.PhaseCold, sent, sc.coldTTFT)
+	for i := 0; i < 5; i++ {
+		req(fmt.Sprintf("warm_%d", i+1), trace.PhaseWarm, sent+sc.coldTTFT+100+float64(i)*50, sc.warmTTFT*(1+0.02*float64(i%2)))
+	}
+	trace.SortEvents(ev)
+	return ev
+}
+
+func base(extra ...stageDur) []stageDur {
+	return append([]stageDur{{trace.StageProcessStart, 5}, {trace.StageRuntimeInit, 5}, {trace.StageTensorIndexBuild, 2}, {trace.StageTokenizerLoad, 10}}, append(extra, stageDur{trace.StageHTTPReady, 2})...)
+}
+
+func TestDiagnoseScenarios(t *testing.T) {
+	cases := []struct {
+		name string
+		sc   scenario
+		want string
+	}{
+		{"A page cache cold", scenario{stages: base(stageDur{trace.StagePageCache, 900}), residency: 0.02, weights: 4e8, coldTTFT: 20, warmTTFT: 15}, "A"},
+		{"B page cache warm, load dominates", scenario{stages: base(stageDur{trace.StagePageCache, 600}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}, "B"},
+		{"B GPU upload", scenario{stages: base(stageDur{trace.StagePageCache, 50}, stageDur{trace.StageDecoderTensorUpload, 700}), residency: 0.98, weights: 8e9, coldTTFT: 20, warmTTFT: 15}, "B"},
+		{"C warm-up", scenario{stages: base(stageDur{trace.StagePageCache, 50}, stageDur{trace.StageWarmup, 800}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}, "C"},
+		{"D KV pool", scenario{stages: base(stageDur{trace.StagePageCache, 50}, stageDur{trace.StageKVAlloc, 900}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}, "D"},
+		{"D first-request allocation", scenario{stages: base(stageDur{trace.StagePageCache, 50}), residency: 1, weights: 4e8, coldTTFT: 700, warmTTFT: 15, rssJump: 2e9}, "D"},
+		{"C first-run overhead without memory jump", scenario{stages: base(stageDur{trace.StagePageCache, 50}), residency: 1, weights: 4e8, coldTTFT: 700, warmTTFT: 15}, "C"},
+		{"E runtime init", scenario{stages: append([]stageDur{{trace.StageProcessStart, 3000}}, base(stageDur{trace.StagePageCache, 50})...), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}, "E"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Diagnose(c.sc.events())
+			if d.Dominant != c.want {
+				t.Fatalf("dominant %q, want %q\n%s", d.Dominant, c.want, dump(d))
+			}
+			top := d.Hypotheses[0]
+			if top.Code != c.want || top.Verdict != VerdictDominant || len(top.Evidence) == 0 || top.NextKnob == "" {
+				t.Fatalf("top row %+v", top)
+			}
+			if !strings.Contains(d.Summary, c.want+":") || !strings.Contains(d.Summary, "next:") {
+				t.Fatalf("summary %q", d.Summary)
+			}
+		})
+	}
+}
+
+func TestDiagnoseInsufficientWithoutResidency(t *testing.T) {
+	sc := scenario{stages: base(stageDur{trace.StagePageCache, 900}), residency: -1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}
+	d := Diagnose(sc.events())
+	a, _ := d.Hypothesis("A")
+	b, _ := d.Hypothesis("B")
+	if a.Verdict != VerdictInsufficient || b.Verdict != VerdictInsufficient || len(a.Missing) == 0 {
+		t.Fatalf("A %+v B %+v", a, b)
+	}
+	if d.Dominant == "A" || d.Dominant == "B" {
+		t.Fatalf("guessed %s without residency evidence", d.Dominant)
+	}
+	f, _ := d.Hypothesis("F")
+	if f.Verdict != VerdictInsufficient || !strings.Contains(strings.Join(f.Missing, " "), "bench") {
+		t.Fatalf("F %+v", f)
+	}
+}
+
+func TestDiagnoseQueueing(t *testing.T) {
+	ev := scenario{stages: base(stageDur{trace.StagePageCache, 50}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}.events()
+	// Bench requests: alone they take 20 ms to first token; 16 at once
+	// queue, TTFT growing with arrival order.
+	add := func(id string, sent, ttft float64) {
+		ev = append(ev, trace.Event{At: d(sent + ttft + 50), Kind: trace.KindRequest, Request: &trace.Request{ID: id, Phase: trace.PhaseBench,
+			Sent: d(sent), FirstToken: d(ttft), End: d(ttft + 50), Tokens: []time.Duration{d(ttft)}, Done: true}})
+	}
+	for i := 0; i < 8; i++ {
+		add(fmt.Sprintf("solo%d", i), 10000+float64(i)*1000, 20)
+	}
+	for i := 0; i < 16; i++ {
+		add(fmt.Sprintf("burst%d", i), 20000, 20+float64(i)*40)
+	}
+	trace.SortEvents(ev)
+	f, _ := Diagnose(ev).Hypothesis("F")
+	if f.Verdict != VerdictDominant {
+		t.Fatalf("F %+v", f)
+	}
+}
+
+func TestDiffExplainsPageCacheRegression(t *testing.T) {
+	dir := t.TempDir()
+	warm := scenario{stages: base(stageDur{trace.StagePageCache, 300}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}
+	cold := warm
+	cold.residency = 0.12
+	cold.stages = base(stageDur{trace.StagePageCache, 411})
+	bs, _ := Open(writeSession(t, dir, "b.jsonl", warm.events()))
+	ns, _ := Open(writeSession(t, dir, "n.jsonl", cold.events()))
+	res, err := Diff([]*Session{bs}, []*Session{ns}, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := findRow(t, res, "stage/page_cache")
+	if row.Verdict != DiffRegression || !strings.Contains(row.Why, "cold in NEW, 12% of the weights resident against 100% in BASE") {
+		t.Fatalf("row %+v", row)
+	}
+	if !strings.Contains(res.Text(), row.Why) {
+		t.Fatalf("text lacks the explanation:\n%s", res.Text())
+	}
+}
+
+func dump(d Diagnosis) string {
+	var b strings.Builder
+	for _, h := range d.Hypotheses {
+		fmt.Fprintf(&b, "%s %-12s score %.2f term %.0f %v missing %v\n", h.Code, h.Verdict, h.Score, h.TermMS, h.Evidence, h.Missing)
+	}
+	return b.String()
+}
