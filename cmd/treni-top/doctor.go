@@ -1,14 +1,63 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/engine/cuda"
+)
 
 func newDoctorCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "doctor",
-		Short:   "Report the NVIDIA driver, GPUs and CUDA libraries found, and what is missing",
-		Example: "  treni-top doctor",
+	var asJSON, floors bool
+	var floorBytes int
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Report the NVIDIA driver, GPUs and CUDA libraries found, and what is missing",
+		Long: `doctor loads the CUDA driver (libcuda.so.1) and cuBLASLt the way the built-in
+engine does at run time, lists the GPUs it sees with their memory and compute
+capability, and for anything missing says where it looked and how to fix it.
+Override the search with TRENI_CUDA_DRIVER (path to libcuda.so.1) and
+TRENI_CUDA_LIB_DIR (folders holding libcublasLt.so.*).
+
+--floors also measures the machine's physical floors on GPU 0: cuInit,
+primary context retain, pageable/registered/pinned host→device bandwidth,
+cuMemHostRegister and cuMemHostAlloc cost, and device copy bandwidth.`,
+		Example: `  treni-top doctor
+  treni-top doctor --json
+  treni-top doctor --floors --floor-bytes 1073741824`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top doctor'", "issue 9 (CUDA backend)")
+			r := cuda.Doctor()
+			out := cmd.OutOrStdout()
+			var fl *cuda.Floors
+			if floors && r.Usable {
+				f, err := cuda.MeasureFloors(cmd.Context(), floorBytes)
+				if err != nil {
+					return withExit(2, fmt.Errorf("measure floors: %w", err))
+				}
+				fl = &f
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(struct {
+					cuda.DoctorReport
+					Floors *cuda.Floors `json:"floors,omitempty"`
+				}{r, fl}, "", "  ")
+				fmt.Fprintln(out, string(b))
+				return nil
+			}
+			fmt.Fprint(out, r.Text())
+			if fl != nil {
+				fmt.Fprint(out, "\n"+fl.Text())
+			} else if floors {
+				fmt.Fprintln(out, "\n--floors needs a usable GPU; nothing measured.")
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&floors, "floors", false, "also measure cuInit, context, H2D and device-copy floors on GPU 0")
+	cmd.Flags().IntVar(&floorBytes, "floor-bytes", 1<<30, "bytes per copy when measuring floors")
+	return cmd
 }

@@ -1,0 +1,161 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Floors are the machine's physical limits that the built-in engine's cold
+// start and decode are measured against (DESIGN.md §8).
+type Floors struct {
+	Device          string  `json:"device"`
+	CuInitMS        float64 `json:"cu_init_ms"`
+	CtxRetainMS     float64 `json:"ctx_retain_ms"`
+	PageableH2DGBps float64 `json:"pageable_h2d_gb_per_s"`
+	PinnedH2DGBps   float64 `json:"pinned_h2d_gb_per_s"`
+	RegisteredGBps  float64 `json:"registered_h2d_gb_per_s"`
+	HostRegisterMS  float64 `json:"host_register_ms"` // cuMemHostRegister of Bytes
+	HostAllocMS     float64 `json:"host_alloc_ms"`    // cuMemHostAlloc of Bytes
+	D2DGBps         float64 `json:"d2d_gb_per_s"`     // bytes read + written
+	Bytes           int     `json:"bytes"`
+}
+
+// MeasureFloors times cuInit, primary-context retain, and copies of n bytes
+// (pageable, pinned, registered host → device; device → device) on device
+// 0. It must be the first CUDA work of the process for cuInit to be
+// meaningful, and runs everything on its own locked thread.
+func MeasureFloors(ctx context.Context, n int) (Floors, error) {
+	f := Floors{Bytes: n}
+	r := NewRunner()
+	defer r.Close()
+	err := r.Do(ctx, func() error {
+		d, err := LoadDriver()
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := d.Init(); err != nil {
+			return err
+		}
+		f.CuInitMS = msSince(t0)
+		info, err := d.Device(0)
+		if err != nil {
+			return err
+		}
+		f.Device = info.Name
+		t0 = time.Now()
+		c, err := d.RetainPrimary(0)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		f.CtxRetainMS = msSince(t0)
+		dev, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.Free(dev)
+		dev2, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.Free(dev2)
+		s, err := c.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+
+		// Pageable: anonymous memory that is not registered, like a plain
+		// read buffer or a non-registered mmap.
+		pageable, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return fmt.Errorf("map %d bytes: %w", n, err)
+		}
+		defer unix.Munmap(pageable)
+		for i := 0; i < n; i += 4096 {
+			pageable[i] = byte(i)
+		}
+		if f.PageableH2DGBps, err = bestOf(3, n, func() error { return c.CopyHtoD(dev, unsafe.Pointer(&pageable[0]), n) }); err != nil {
+			return err
+		}
+
+		t0 = time.Now()
+		if err := c.HostRegister(unsafe.Pointer(&pageable[0]), n, false); err != nil {
+			return err
+		}
+		f.HostRegisterMS = msSince(t0)
+		f.RegisteredGBps, err = bestOf(3, n, func() error {
+			if err := s.CopyHtoDAsync(dev, unsafe.Pointer(&pageable[0]), n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		})
+		c.HostUnregister(unsafe.Pointer(&pageable[0]))
+		if err != nil {
+			return err
+		}
+
+		t0 = time.Now()
+		pinned, err := c.HostAlloc(n)
+		if err != nil {
+			return err
+		}
+		f.HostAllocMS = msSince(t0)
+		defer c.FreeHost(pinned)
+		if f.PinnedH2DGBps, err = bestOf(3, n, func() error {
+			if err := s.CopyHtoDAsync(dev, pinned.Ptr, n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		}); err != nil {
+			return err
+		}
+		d2d, err := bestOf(5, n, func() error {
+			if err := s.CopyDtoDAsync(dev2, dev, n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		})
+		f.D2DGBps = 2 * d2d // each byte is read and written
+		return err
+	})
+	return f, err
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t)) / float64(time.Millisecond) }
+
+// bestOf runs copy k times and returns the best throughput in GB/s.
+func bestOf(k, n int, copy func() error) (float64, error) {
+	best := 0.0
+	for i := 0; i < k; i++ {
+		t0 := time.Now()
+		if err := copy(); err != nil {
+			return 0, err
+		}
+		if g := float64(n) / time.Since(t0).Seconds() / 1e9; g > best {
+			best = g
+		}
+	}
+	return best, nil
+}
+
+// Text renders the floors as a table.
+func (f Floors) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "device %s, copies of %.2f GiB\n", f.Device, float64(f.Bytes)/(1<<30))
+	fmt.Fprintf(&b, "cuInit                      %8.1f ms\n", f.CuInitMS)
+	fmt.Fprintf(&b, "primary context retain      %8.1f ms\n", f.CtxRetainMS)
+	fmt.Fprintf(&b, "H2D pageable                %8.1f GB/s\n", f.PageableH2DGBps)
+	fmt.Fprintf(&b, "H2D cuMemHostRegister'd     %8.1f GB/s\n", f.RegisteredGBps)
+	fmt.Fprintf(&b, "H2D pinned (cuMemHostAlloc) %8.1f GB/s\n", f.PinnedH2DGBps)
+	fmt.Fprintf(&b, "cuMemHostRegister           %8.1f ms\n", f.HostRegisterMS)
+	fmt.Fprintf(&b, "cuMemHostAlloc              %8.1f ms\n", f.HostAllocMS)
+	fmt.Fprintf(&b, "D2D (read + write)          %8.0f GB/s\n", f.D2DGBps)
+	return b.String()
+}

@@ -1,0 +1,162 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "shim_calls.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Module is a loaded fatbin or PTX image.
+type Module struct {
+	c *Context
+	m C.tt_CUmodule
+}
+
+// LoadModule loads a fatbin/cubin/PTX image. The image is copied to C
+// memory for the call, so the Go slice may be reused afterwards.
+func (c *Context) LoadModule(image []byte) (*Module, error) {
+	if len(image) == 0 {
+		return nil, fmt.Errorf("load CUDA module: empty image")
+	}
+	p := C.CBytes(image)
+	defer C.free(p)
+	m := &Module{c: c}
+	if err := c.d.check("cuModuleLoadData", C.tt_cuModuleLoadData(c.d.c, &m.m, p)); err != nil {
+		return nil, fmt.Errorf("load CUDA module (%d bytes): %w", len(image), err)
+	}
+	return m, nil
+}
+
+// Unload releases the module.
+func (m *Module) Unload() error {
+	return m.c.d.check("cuModuleUnload", C.tt_cuModuleUnload(m.c.d.c, m.m))
+}
+
+// Function is a kernel in a module.
+type Function struct {
+	c    *Context
+	f    C.tt_CUfunction
+	Name string
+}
+
+// Function looks a kernel up by its (extern "C") name.
+func (m *Module) Function(name string) (*Function, error) {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	f := &Function{c: m.c, Name: name}
+	if err := m.c.d.check("cuModuleGetFunction", C.tt_cuModuleGetFunction(m.c.d.c, &f.f, m.m, cn)); err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Args packs kernel arguments into C memory in the layout cuLaunchKernel
+// expects (an array of pointers to each argument's value). Reuse one Args
+// per launch site to avoid allocations on the hot path.
+type Args struct {
+	buf  unsafe.Pointer // values, 8-byte slots
+	ptrs unsafe.Pointer // void*[n]
+	n    int
+	cap  int
+}
+
+// NewArgs allocates room for up to n arguments of at most 8 bytes each.
+func NewArgs(n int) *Args {
+	return &Args{buf: C.calloc(C.size_t(n), 8), ptrs: C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0)))), cap: n}
+}
+
+// Free releases the argument block.
+func (a *Args) Free() {
+	C.free(a.buf)
+	C.free(a.ptrs)
+}
+
+// Reset empties the argument list.
+func (a *Args) Reset() *Args { a.n = 0; return a }
+
+func (a *Args) slot() unsafe.Pointer {
+	if a.n >= a.cap {
+		panic(fmt.Sprintf("cuda.Args: more than %d kernel arguments", a.cap)) // a programming error in a launch site
+	}
+	p := unsafe.Add(a.buf, a.n*8)
+	*(*unsafe.Pointer)(unsafe.Add(a.ptrs, a.n*int(unsafe.Sizeof(uintptr(0))))) = p
+	a.n++
+	return p
+}
+
+// Ptr appends a device pointer argument.
+func (a *Args) Ptr(p DevicePtr) *Args { *(*uint64)(a.slot()) = uint64(p); return a }
+
+// I32 appends an int argument.
+func (a *Args) I32(v int32) *Args { *(*int32)(a.slot()) = v; return a }
+
+// F32 appends a float argument.
+func (a *Args) F32(v float32) *Args { *(*float32)(a.slot()) = v; return a }
+
+// U64 appends a 64-bit argument.
+func (a *Args) U64(v uint64) *Args { *(*uint64)(a.slot()) = v; return a }
+
+// Launch enqueues the kernel on stream s (nil: default stream).
+func (f *Function) Launch(grid, block Dim3, sharedMem uint32, s *Stream, args *Args) error {
+	var st C.tt_CUstream
+	if s != nil {
+		st = s.s
+	}
+	var params *unsafe.Pointer
+	if args != nil && args.n > 0 {
+		params = (*unsafe.Pointer)(args.ptrs)
+	}
+	return f.c.d.check("cuLaunchKernel("+f.Name+")", C.tt_cuLaunchKernel(f.c.d.c, f.f,
+		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
+		C.uint(sharedMem), st, params, nil))
+}
+
+// Graph is an instantiated CUDA graph captured from a stream.
+type Graph struct {
+	c    *Context
+	g    C.tt_CUgraph
+	exec C.tt_CUgraphExec
+}
+
+// BeginCapture starts capturing the stream's work into a graph (thread-local
+// mode: other threads' CUDA calls are not affected).
+func (s *Stream) BeginCapture() error {
+	const threadLocal = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+	return s.c.d.check("cuStreamBeginCapture", C.tt_cuStreamBeginCapture(s.c.d.c, s.s, threadLocal))
+}
+
+// EndCapture ends the capture and instantiates the graph.
+func (s *Stream) EndCapture() (*Graph, error) {
+	g := &Graph{c: s.c}
+	if err := s.c.d.check("cuStreamEndCapture", C.tt_cuStreamEndCapture(s.c.d.c, s.s, &g.g)); err != nil {
+		return nil, err
+	}
+	if err := s.c.d.check("cuGraphInstantiate", C.tt_cuGraphInstantiate(s.c.d.c, &g.exec, g.g, 0)); err != nil {
+		C.tt_cuGraphDestroy(s.c.d.c, g.g)
+		return nil, err
+	}
+	return g, nil
+}
+
+// Launch replays the graph on a stream.
+func (g *Graph) Launch(s *Stream) error {
+	return g.c.d.check("cuGraphLaunch", C.tt_cuGraphLaunch(g.c.d.c, g.exec, s.s))
+}
+
+// Destroy releases the graph.
+func (g *Graph) Destroy() error {
+	err := g.c.d.check("cuGraphExecDestroy", C.tt_cuGraphExecDestroy(g.c.d.c, g.exec))
+	if e2 := g.c.d.check("cuGraphDestroy", C.tt_cuGraphDestroy(g.c.d.c, g.g)); err == nil {
+		err = e2
+	}
+	return err
+}
