@@ -67,6 +67,7 @@ type Args struct {
 	ptrs unsafe.Pointer // void*[n]
 	n    int
 	cap  int
+	err  error // set when more arguments were packed than allocated
 }
 
 // NewArgs allocates room for up to n arguments of at most 8 bytes each.
@@ -81,11 +82,16 @@ func (a *Args) Free() {
 }
 
 // Reset empties the argument list.
-func (a *Args) Reset() *Args { a.n = 0; return a }
+func (a *Args) Reset() *Args { a.n, a.err = 0, nil; return a }
+
+// scratch absorbs writes past capacity so that packing never corrupts
+// memory; Launch then reports the overflow.
+var scratch [8]byte
 
 func (a *Args) slot() unsafe.Pointer {
 	if a.n >= a.cap {
-		panic(fmt.Sprintf("cuda.Args: more than %d kernel arguments", a.cap)) // a programming error in a launch site
+		a.err = fmt.Errorf("kernel launch packs more than %d arguments", a.cap)
+		return unsafe.Pointer(&scratch[0])
 	}
 	p := unsafe.Add(a.buf, a.n*8)
 	*(*unsafe.Pointer)(unsafe.Add(a.ptrs, a.n*int(unsafe.Sizeof(uintptr(0))))) = p
@@ -112,6 +118,9 @@ func (f *Function) Launch(grid, block Dim3, sharedMem uint32, s *Stream, args *A
 		st = s.s
 	}
 	var params *unsafe.Pointer
+	if args != nil && args.err != nil {
+		return fmt.Errorf("%s: %w", f.Name, args.err)
+	}
 	if args != nil && args.n > 0 {
 		params = (*unsafe.Pointer)(args.ptrs)
 	}
