@@ -72,7 +72,7 @@ type Args struct {
 
 // NewArgs allocates room for up to n arguments of at most 8 bytes each.
 func NewArgs(n int) *Args {
-	return &Args{buf: C.calloc(C.size_t(n), 8), ptrs: C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0)))), cap: n}
+	return &Args{buf: C.calloc(C.size_t(n+1), 8), ptrs: C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0)))), cap: n}
 }
 
 // Free releases the argument block.
@@ -84,14 +84,12 @@ func (a *Args) Free() {
 // Reset empties the argument list.
 func (a *Args) Reset() *Args { a.n, a.err = 0, nil; return a }
 
-// scratch absorbs writes past capacity so that packing never corrupts
-// memory; Launch then reports the overflow.
-var scratch [8]byte
-
 func (a *Args) slot() unsafe.Pointer {
 	if a.n >= a.cap {
+		// The spare slot absorbs writes past capacity so that packing
+		// never corrupts memory; Launch reports the overflow.
 		a.err = fmt.Errorf("kernel launch packs more than %d arguments", a.cap)
-		return unsafe.Pointer(&scratch[0])
+		return unsafe.Add(a.buf, a.cap*8)
 	}
 	p := unsafe.Add(a.buf, a.n*8)
 	*(*unsafe.Pointer)(unsafe.Add(a.ptrs, a.n*int(unsafe.Sizeof(uintptr(0))))) = p
