@@ -208,6 +208,9 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, fmt.Errorf("%w: %q is %d, larger than any real model (limit %d)", ErrBadConfig, d.n, d.v, maxDim)
 		}
 	}
+	if c.NumLayers > 4096 || c.HeadDim > 4096 {
+		return Config{}, fmt.Errorf("%w: %d layers of head_dim %d is beyond any real model (limits 4096 each)", ErrBadConfig, c.NumLayers, c.HeadDim)
+	}
 	c.MaxPositionEmbeddings = 2048 // transformers' LlamaConfig default
 	if r.MaxPositionEmbeddings != nil {
 		if c.MaxPositionEmbeddings, err = req("max_position_embeddings", r.MaxPositionEmbeddings); err != nil {

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf16"
@@ -42,8 +41,6 @@ type hparser struct {
 	b []byte
 	i int
 }
-
-var errDup = errors.New("dup")
 
 func (p *hparser) fail(format string, args ...any) error {
 	return fmt.Errorf("%w: %s at byte %d", ErrBadHeader, fmt.Sprintf(format, args...), p.i)
