@@ -1,14 +1,54 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace/serverlog"
+)
 
 func newImportCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "import FILE -o SESSION",
-		Short:   "Turn an existing server log into a session",
-		Example: "  treni-top import --kind vllm vllm.log -o vllm.jsonl",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top import'", "issue 5 (import)")
+	var kind, out string
+	cmd := &cobra.Command{
+		Use:   "import [--kind KIND] FILE -o SESSION",
+		Short: "Turn an existing server log into a session",
+		Long: `Turn a log a server already wrote (from production, a CI job, a bug report)
+into a session that report, diff, replay and the TUI can use. The stages come
+from the server's own lines (vLLM V0 and V1, SGLang, TGI, llama.cpp's
+llama-server, Ollama, and treni-top serve's JSON stage lines); times come from
+the lines' timestamps, and lines without one are placed between their
+neighbours. --kind auto (the default) tells the server from the lines.
+Without -o the session goes to the default session directory.`,
+		Example: `  treni-top import vllm.log -o vllm.jsonl
+  treni-top import --kind sglang server.log.gz -o sglang.jsonl.gz
+  treni-top report vllm.jsonl`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := serverlog.ParseKind(kind); err != nil {
+				return withExit(2, err)
+			}
+			if out == "" {
+				p, err := sessions.DefaultPath(time.Now(), "import-"+strings.TrimSuffix(filepath.Base(args[0]), filepath.Ext(args[0])))
+				if err != nil {
+					return withExit(2, err)
+				}
+				out = p
+			}
+			s, err := sessions.ImportFile(args[0], out, sessions.ImportOptions{Kind: kind, ToolVersion: version})
+			if err != nil {
+				return withExit(2, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), out)
+			fmt.Fprintln(cmd.OutOrStdout(), sessions.ImportSummary(s))
+			return nil
 		},
 	}
+	cmd.Flags().StringVar(&kind, "kind", "auto", "server that wrote the log: auto, vllm, sglang, tgi, llama.cpp, ollama or treni")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "session file to write (.jsonl or .jsonl.gz)")
+	return cmd
 }

@@ -1,0 +1,284 @@
+package sessions
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// importFixtureDir holds the shared server-log fixtures (../shared beside
+// the clone). Tests fail, never skip, when it is missing.
+const importFixtureDir = "../../shared/fixtures/serverlogs"
+
+var importRef = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+func importFixture(t *testing.T, rel string) *Session {
+	t.Helper()
+	f, err := os.Open(filepath.Join(importFixtureDir, rel))
+	if err != nil {
+		t.Fatalf("fixture: %v (the shared fixtures must sit at %s)", err, importFixtureDir)
+	}
+	defer f.Close()
+	s, err := Import(f, ImportOptions{Source: rel, ToolVersion: "test", Ref: importRef})
+	if err != nil {
+		t.Fatalf("Import %s: %v", rel, err)
+	}
+	return s
+}
+
+// TestImportEveryFixture imports every shared server log and checks what
+// report, diff and the TUI rely on.
+func TestImportEveryFixture(t *testing.T) {
+	var logs []string
+	err := filepath.WalkDir(importFixtureDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".log") {
+			rel, _ := filepath.Rel(importFixtureDir, p)
+			logs = append(logs, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("walk %s: %v (%d logs); the shared fixtures are required", importFixtureDir, err, len(logs))
+	}
+	for _, rel := range logs {
+		t.Run(rel, func(t *testing.T) {
+			s := importFixture(t, rel)
+			folder := strings.SplitN(rel, "/", 2)[0]
+			wantKind := map[string]string{"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "llamacpp": "llama.cpp", "ollama": "ollama"}[folder]
+			h := s.Header
+			if h.Format != FormatName || h.Target.Kind != TargetImport || h.Target.ServerKind != wantKind || h.Notes["source"] != rel || h.Notes["timestamps"] == "" {
+				t.Errorf("header %+v", h)
+			}
+			if len(s.Events) == 0 || s.Events[0].Kind != trace.KindProcess || s.Events[0].At != 0 || s.Events[0].Process.Action != trace.ProcessStart {
+				t.Fatalf("first event %+v, want the process start at 0", s.Events[0])
+			}
+			var prev time.Duration
+			logs, marked := 0, 0
+			for i, e := range s.Events {
+				if err := e.Validate(); err != nil {
+					t.Fatalf("event %d: %v", i, err)
+				}
+				if e.At < prev {
+					t.Fatalf("event %d at %v goes back from %v", i, e.At, prev)
+				}
+				prev = e.At
+				if e.Kind == trace.KindLog {
+					logs++
+					if e.Log.Stage != "" {
+						marked++
+					}
+				}
+			}
+			if logs < 5 || marked == 0 {
+				t.Errorf("%d log events, %d marked with a stage", logs, marked)
+			}
+			runs := Analyze(s.Events)
+			if len(runs) != 1 {
+				t.Fatalf("%d runs", len(runs))
+			}
+			r := runs[0]
+			if len(r.Spans) < 2 {
+				t.Fatalf("only %d stages: %v", len(r.Spans), r.Spans)
+			}
+			for _, sp := range r.Spans {
+				if !sp.Name.Valid() || sp.Start < 0 || sp.End < sp.Start || sp.End > prev || sp.Open {
+					t.Errorf("span %s [%v, %v] open=%v outside [0, %v]", sp.Name, sp.Start, sp.End, sp.Open, prev)
+				}
+			}
+			if r.Start != 0 || r.ColdTotal() <= 0 || r.Attribution.Total != r.ColdTotal() {
+				t.Errorf("run start %v cold %v attribution %v", r.Start, r.ColdTotal(), r.Attribution.Total)
+			}
+			if sum := ImportSummary(s); !strings.HasPrefix(sum, wantKind+": ") || strings.Contains(sum, "no stage") {
+				t.Errorf("summary %q", sum)
+			}
+		})
+	}
+}
+
+func importStageDur(t *testing.T, r Run, name trace.Stage) float64 {
+	t.Helper()
+	for _, sp := range r.Spans {
+		if sp.Name == name {
+			return sp.Duration().Seconds()
+		}
+	}
+	t.Fatalf("no %s in %v", name, r.Spans)
+	return 0
+}
+
+func TestImportVLLMServe(t *testing.T) {
+	s := importFixture(t, "vllm/v0.8.5.post1-v1engine-qwen2.5-1.5b-serve.log")
+	r := Analyze(s.Events)[0]
+	for name, want := range map[trace.Stage]float64{
+		trace.StageRuntimeInit: 45, trace.StageModelLoad: 226.292, trace.StageDecoderTensorUpload: 0.5,
+		trace.StageCompile: 31.61, trace.StageKVAlloc: 10, trace.StageGraphCapture: 21,
+	} {
+		if got := importStageDur(t, r, name); math.Abs(got-want) > 0.002 {
+			t.Errorf("%s: %.3fs, want %.3fs", name, got, want)
+		}
+	}
+	if r.ColdEndKind != ColdEndHealthy || r.Healthy != 337*time.Second {
+		t.Errorf("cold end %s healthy %v; want healthy at 5m37s (Application startup complete)", r.ColdEndKind, r.Healthy)
+	}
+	if want := time.Date(2026, 5, 9, 22, 51, 11, 0, time.UTC); !s.Header.Created.Equal(want) {
+		t.Errorf("created %v, want %v (year from Ref)", s.Header.Created, want)
+	}
+	if r.Attribution.Dominant != trace.StageModelLoad {
+		t.Errorf("dominant %s: the 225 s download inside model_load should dominate", r.Attribution.Dominant)
+	}
+}
+
+// TestImportMidStartupLog: GLM's log starts while the weights stream; the
+// server's own "Model loading took 33.64 s" moves offset zero back.
+func TestImportMidStartupLog(t *testing.T) {
+	s := importFixture(t, "vllm/v0.2x-dev-2026-05-v1engine-glm5.1-fp8-tp8-h200-runai-streamer-eager.log")
+	if !strings.Contains(s.Header.Notes["start"], "model_load began") {
+		t.Errorf("notes %v", s.Header.Notes)
+	}
+	r := Analyze(s.Events)[0]
+	if r.Spans[0].Name != trace.StageModelLoad || r.Spans[0].Start != 0 {
+		t.Errorf("first span %+v", r.Spans[0])
+	}
+	for _, e := range s.Events {
+		if e.Kind == trace.KindLog {
+			if e.At < 32*time.Second {
+				t.Errorf("first line at %v, want ≈32.6 s after the shifted zero", e.At)
+			}
+			break
+		}
+	}
+}
+
+// TestImportUntimedLog: llama.cpp logs carry no timestamp at all.
+func TestImportUntimedLog(t *testing.T) {
+	s := importFixture(t, "llamacpp/b3892-2024-10-metal-m3max-starcoder15b-hf-download.log")
+	if !strings.Contains(s.Header.Notes["timestamps"], "no line carries a timestamp") {
+		t.Errorf("notes %v", s.Header.Notes)
+	}
+	var ats []time.Duration
+	for _, e := range s.Events {
+		if e.Kind == trace.KindLog {
+			ats = append(ats, e.At)
+		}
+	}
+	for i := 1; i < len(ats); i++ {
+		if ats[i] <= ats[i-1] {
+			t.Fatalf("lines %d,%d at %v,%v: want evenly spaced", i-1, i, ats[i-1], ats[i])
+		}
+	}
+	r := Analyze(s.Events)[0]
+	if r.Healthy == 0 {
+		t.Error("main: model loaded should mark healthy")
+	}
+	importStageDur(t, r, trace.StageTensorIndexBuild)
+}
+
+func TestImportErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		in   []byte
+		opts ImportOptions
+		want error
+		text string
+	}{
+		{"empty", nil, ImportOptions{}, ErrNotLog, "empty"},
+		{"blank lines", []byte("\n\n  \n"), ImportOptions{}, ErrNotLog, "empty"},
+		{"binary", []byte("ELF\x00\x01\x02"), ImportOptions{}, ErrNotLog, "NUL"},
+		{"unknown server", []byte("hello\nworld\n"), ImportOptions{}, ErrUnknownServer, "--kind"},
+		{"bad kind", []byte("hello\n"), ImportOptions{Kind: "triton"}, nil, "unknown server kind"},
+	}
+	for _, c := range cases {
+		_, err := Import(bytes.NewReader(c.in), c.opts)
+		if err == nil || (c.want != nil && !errors.Is(err, c.want)) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: error %v, want %v mentioning %q", c.name, err, c.want, c.text)
+		}
+	}
+	// A known kind with no stage line still imports: plain log lines.
+	s, err := Import(strings.NewReader("hello\nworld\n"), ImportOptions{Kind: "vllm"})
+	if err != nil || !strings.Contains(ImportSummary(s), "no stage lines") {
+		t.Errorf("plain log: %v %q", err, ImportSummary(s))
+	}
+}
+
+// TestImportFileRoundTrip writes gzip in, gzip out, and reads it back.
+func TestImportFileRoundTrip(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(importFixtureDir, "sglang/v0.4.1-docs-send_request-llama3.1-8b-80gb.log"))
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "server.log.gz")
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(bytes.ReplaceAll(src, []byte("\n"), []byte("\r\n"))) // CRLF too
+	zw.Close()
+	if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "s.jsonl.gz")
+	s, err := ImportFile(in, out, ImportOptions{Kind: "sglang", ToolVersion: "test"})
+	if err != nil {
+		t.Fatalf("ImportFile: %v", err)
+	}
+	back, err := Open(out)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if len(back.Events) != len(s.Events) || back.Header.Notes["source"] != in || back.Header.Target.ServerKind != "sglang" {
+		t.Errorf("round trip: %d events vs %d, notes %v", len(back.Events), len(s.Events), back.Header.Notes)
+	}
+	r := Analyze(back.Events)[0]
+	if got := importStageDur(t, r, trace.StageGraphCapture); got != 7 {
+		t.Errorf("graph capture %vs", got)
+	}
+	for _, e := range back.Events {
+		if e.Kind == trace.KindLog && strings.ContainsAny(e.Log.Text, "\r") {
+			t.Fatalf("carriage return kept in %q", e.Log.Text)
+		}
+	}
+	if _, err := ImportFile(filepath.Join(dir, "missing.log"), out, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "open server log") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestImportTreniLog imports the built-in engine's own stderr: JSON stage
+// lines (wall-clock start and end) between plain log lines.
+func TestImportTreniLog(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	line := func(st trace.Stage, a, b time.Duration) string {
+		return string(trace.NewStageLine(st, t0.Add(a), t0.Add(b), trace.Attrs{"tensors": 3}).Marshal())
+	}
+	log := strings.Join([]string{
+		t0.Format(time.RFC3339Nano) + " treni-top serve starting",
+		line(trace.StageCUDAInit, 100*time.Millisecond, 400*time.Millisecond),
+		line(trace.StageTensorIndexBuild, 200*time.Millisecond, 300*time.Millisecond),
+		"plain line without a time",
+		line(trace.StageHTTPReady, 900*time.Millisecond, time.Second),
+	}, "\n")
+	s, err := Import(strings.NewReader(log), ImportOptions{Ref: t0})
+	if err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	if s.Header.Target.ServerKind != "treni" {
+		t.Errorf("kind %q", s.Header.Target.ServerKind)
+	}
+	r := Analyze(s.Events)[0]
+	if len(r.Spans) != 3 || r.Spans[0].Name != trace.StageCUDAInit || r.Spans[0].Start != 100*time.Millisecond || r.Spans[0].Source != "engine" {
+		t.Errorf("spans %+v", r.Spans)
+	}
+	if r.Healthy != time.Second {
+		t.Errorf("healthy %v, want the end of the engine's http_ready stage", r.Healthy)
+	}
+}

@@ -1,0 +1,443 @@
+package serverlog
+
+import (
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// fixtureDir holds the verbatim server logs (../shared beside the clone in
+// CI). Tests fail, never skip, when it is missing.
+const fixtureDir = "../../../shared/fixtures/serverlogs"
+
+// want is one expected span: its duration, the server's own figure
+// (reported_s, 0 when the line gives none), the collapsed worker count
+// (0: one) and some attributes.
+type want struct {
+	stage   trace.Stage
+	dur     float64
+	rep     float64
+	workers int
+	attrs   map[string]float64
+}
+
+type fixtureWant struct {
+	kind   Kind
+	ready  float64 // offset of the ready line; -1 when the log never says
+	stages []want  // in start order
+}
+
+const giB = float64(1 << 30)
+const miB = float64(1 << 20)
+
+// fixtureWants is the expected reading of every fixture, checked against
+// the log by hand (line numbers refer to the fixture file). Offsets are
+// from the first timestamp; untimed llama.cpp logs are one second per line.
+var fixtureWants = map[string]fixtureWant{
+	// vLLM 0.8.5.post1 serve: imports 22:51:11 → "Initializing a V1 LLM
+	// engine" 22:51:56; "Model loading took 2.8871 GiB and 226.79 s" of
+	// which 225.17 s download; "Loading weights took 0.50 s"; Dynamo 6.61 s
+	// → "Compiling a graph … takes 24.18 s" at 22:56:17, "torch.compile
+	// takes 30.79 s in total"; KV sizing until 22:56:27; "Graph capturing
+	// finished in 21 secs".
+	"vllm/v0.8.5.post1-v1engine-qwen2.5-1.5b-serve.log": {KindVLLM, 337, []want{
+		{trace.StageRuntimeInit, 45, 0, 0, nil},
+		{trace.StageModelLoad, 226.292, 226.791553, 0, map[string]float64{"download_s": 225.167288, trace.AttrBytes: 2.8871 * giB}},
+		{trace.StageDecoderTensorUpload, 0.5, 0.5, 0, nil},
+		{trace.StageCompile, 31.61, 30.79, 0, map[string]float64{"dynamo_s": 6.61, "graph_compile_s": 24.18}},
+		{trace.StageKVAlloc, 10, 0, 0, map[string]float64{trace.AttrTokens: 567984}},
+		{trace.StageGraphCapture, 21, 21, 0, map[string]float64{trace.AttrBytes: 0.45 * giB}},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	// 0.9.0.1 pasted from mid-startup; warm compile cache ("Directly load
+	// the compiled graph(s) … took 6.203 s").
+	"vllm/v0.9.0.1-v1engine-deepseek-r1-qwen1.5b-colab-a100-default-loader-warmcompile.log": {KindVLLM, 52, []want{
+		{trace.StageRuntimeInit, 1, 0, 0, nil},
+		{trace.StageModelLoad, 0.518, 1.677846, 0, map[string]float64{trace.AttrBytes: 3.3466 * giB}},
+		{trace.StageDecoderTensorUpload, 1.16, 1.16, 0, nil},
+		{trace.StageCompile, 14.69, 8.69, 0, map[string]float64{"cache_load_s": 6.203}},
+		{trace.StageKVAlloc, 2, 0, 0, map[string]float64{trace.AttrTokens: 1131008, trace.AttrBlocks: 70688}},
+		{trace.StageGraphCapture, 31, 31, 0, nil},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	// Patched 0.10.0 at DEBUG: "NEW: Init Tokenizer took 0.13 seconds";
+	// "Model loading took … 7.634 s" is almost all "Loading weights took
+	// 7.43 s", so its figures go onto the upload; "Memory profiling takes
+	// 17.52 seconds" includes the compile and is trimmed after it.
+	"vllm/v0.10.0-v1engine-llama2-7b-a100-debug-upb-profiler-patched.log": {KindVLLM, -1, []want{
+		{trace.StageRuntimeInit, 15, 0, 0, nil},
+		{trace.StageTokenizerLoad, 0.13, 0.13, 0, nil},
+		{trace.StageDecoderTensorUpload, 7.43, 7.43, 0, map[string]float64{"model_load_s": 7.634292, trace.AttrBytes: 12.5524 * giB}},
+		{trace.StageCompile, 16, 8.25, 0, map[string]float64{"cache_load_s": 7.02}},
+		{trace.StageKVAlloc, 2, 17.52, 0, map[string]float64{trace.AttrTokens: 46640, trace.AttrBytes: 22.78 * giB}},
+		{trace.StageGraphCapture, 1, 0.81, 0, nil},
+	}},
+	// TP8 with interleaved worker lines: 8 "Loading weights took", 8
+	// "Model loading took" (download 272 s), compile from 6 tagged workers
+	// and one whose tag was lost (a garbled line carries two tags), KV from 2
+	// workers plus the engine core, graph capture from 3 workers; the file
+	// ends at "Starting vLLM API server 0 on" (never ready).
+	"vllm/v0.10.x-v1engine-qwen3-235b-fp8-tp8-l40s-multiworker.log": {KindVLLM, -1, []want{
+		{trace.StageModelLoad, 274.995, 287.995398, 8, map[string]float64{"reported_min_s": 286.020245, "download_s": 272.079211}},
+		{trace.StageDecoderTensorUpload, 14.65, 13.65, 8, map[string]float64{"reported_min_s": 12}},
+		{trace.StageCompile, 157.63, 147.63, 7, map[string]float64{"reported_min_s": 140.48}},
+		{trace.StageKVAlloc, 4, 0, 2, map[string]float64{trace.AttrTokens: 238208, trace.AttrBlocks: 14834}},
+		{trace.StageGraphCapture, 54, 54, 3, map[string]float64{"reported_min_s": 53}},
+		{trace.StageHTTPReady, 0, 0, 0, map[string]float64{}},
+	}},
+	// 2026 dev build, Run:ai streamer, eager: only "Model loading took
+	// 89.34 GiB memory and 33.64 s" for weights (it began 32.6 s before the
+	// first timestamp); flashinfer autotune 02:11:47,969 → 02:11:48,263.
+	"vllm/v0.2x-dev-2026-05-v1engine-glm5.1-fp8-tp8-h200-runai-streamer-eager.log": {KindVLLM, 9, []want{
+		{trace.StageModelLoad, 33.645, 33.644844, 0, map[string]float64{trace.AttrBytes: 89.34 * giB}},
+		{trace.StageKVAlloc, 3, 0, 0, map[string]float64{trace.AttrTokens: 344192, trace.AttrBytes: 32.11 * giB}},
+		{trace.StageKernelLoad, 0.294, 0, 0, nil},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	// V0 0.6.1 offline: "Starting to load model" 09:03:11 → "Loading model
+	// weights took 14.9595 GB" 09:05:30 (42 s per shard: slow disk).
+	"vllm/v0.6.1-v0engine-llama3.1-swallow-8b-offline.log": {KindVLLM, -1, []want{
+		{trace.StageModelLoad, 139, 0, 0, map[string]float64{trace.AttrBytes: 14.9595 * giB}},
+		{trace.StageKVAlloc, 2, 0, 0, map[string]float64{trace.AttrBlocks: 13330, "cpu_blocks": 2048}},
+		{trace.StageGraphCapture, 9, 9, 0, nil},
+	}},
+	// 0.3.1 logs no weights line: KV is an instant with its block count.
+	"vllm/series-upb-h100nvl-opt6.7b/v0.3.1.log": {KindVLLM, -1, []want{
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBlocks: 9008}},
+		{trace.StageGraphCapture, 2, 2, 0, nil},
+	}},
+	"vllm/series-upb-h100nvl-opt6.7b/v0.4.0.log": {KindVLLM, -1, []want{
+		{trace.StageModelLoad, 4, 0, 0, map[string]float64{trace.AttrBytes: 12.4036 * giB}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBlocks: 9008}},
+		{trace.StageGraphCapture, 3, 3, 0, nil},
+	}},
+	"vllm/series-upb-h100nvl-opt6.7b/v0.5.0.log": {KindVLLM, -1, []want{
+		{trace.StageModelLoad, 3, 0, 0, nil},
+		{trace.StageKVAlloc, 1, 0, 0, map[string]float64{trace.AttrBlocks: 9008}},
+		{trace.StageGraphCapture, 4, 4, 0, nil},
+	}},
+	"vllm/series-upb-h100nvl-opt6.7b/v0.6.0.log": {KindVLLM, -1, []want{
+		{trace.StageModelLoad, 3, 0, 0, nil},
+		{trace.StageKVAlloc, 1, 0, 0, map[string]float64{trace.AttrBlocks: 9033}},
+		{trace.StageGraphCapture, 9, 9, 0, nil},
+	}},
+	// V1 DEBUG with millisecond stamps.
+	"vllm/series-upb-h100nvl-opt6.7b/v0.8.0-v1-debug.log": {KindVLLM, -1, []want{
+		{trace.StageRuntimeInit, 6.766, 0, 0, nil},
+		{trace.StageDecoderTensorUpload, 2.54, 2.54, 0, map[string]float64{"model_load_s": 2.632754}},
+		{trace.StageCompile, 5.473, 3.05, 0, map[string]float64{"dynamo_s": 3.05}},
+		{trace.StageKVAlloc, 4.561, 0, 0, map[string]float64{trace.AttrTokens: 140928}},
+		{trace.StageGraphCapture, 15.408, 15, 0, nil},
+	}},
+	"vllm/series-upb-h100nvl-opt6.7b/v0.11.0-v1-debug.log": {KindVLLM, -1, []want{
+		{trace.StageRuntimeInit, 1.96, 0, 0, nil},
+		{trace.StageDecoderTensorUpload, 2.72, 2.72, 0, map[string]float64{trace.AttrBytes: 12.4037 * giB}},
+		{trace.StageCompile, 3.606, 1.93, 0, map[string]float64{"cache_load_s": 1.47}},
+		{trace.StageKVAlloc, 2.012, 5.38, 0, map[string]float64{trace.AttrTokens: 145328, trace.AttrBlocks: 9083}},
+		{trace.StageGraphCapture, 2, 2, 0, nil},
+	}},
+	// SGLang ≈0.4.1: TP0 tag with tp_size=1; "The server is fired up" comes
+	// after the warm-up /generate request.
+	"sglang/v0.4.1-docs-send_request-llama3.1-8b-80gb.log": {KindSGLang, 38, []want{
+		{trace.StageRuntimeInit, 19, 0, 0, nil},
+		{trace.StageCUDAInit, 1, 0, 0, nil},
+		{trace.StageDecoderTensorUpload, 5, 0, 0, map[string]float64{trace.AttrBytes: (78.81 - 63.72) * giB}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBytes: 54.26 * giB, trace.AttrTokens: 444500}},
+		{trace.StageGraphCapture, 7, 6.57, 0, nil},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+		{trace.StageWarmup, 6, 0, 0, nil},
+	}},
+	"sglang/v0.5.x-2026-05-docs-ci-llama3.1-8b-lora-nocudagraph.log": {KindSGLang, 31, []want{
+		{trace.StageRuntimeInit, 11, 0, 0, nil},
+		{trace.StageCUDAInit, 1, 0.53, 0, nil},
+		{trace.StageDecoderTensorUpload, 3.48, 3.48, 0, map[string]float64{trace.AttrBytes: 15.76 * giB}},
+		{trace.StageKVAlloc, 4, 0, 0, map[string]float64{trace.AttrTokens: 20480, trace.AttrBytes: 2.5 * giB}},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+		{trace.StageWarmup, 3, 0, 0, nil},
+	}},
+	// 2026 nightly: prefill (22.96 s) and decode (12.26 s) captures make
+	// one graph_capture span; "Engine startup timings" gives KV 0.02 s.
+	"sglang/v0.5.x-nightly-2026-08-qwen3-30b-a3b-fp8-h100-engine-startup-timings.log": {KindSGLang, 66, []want{
+		{trace.StageRuntimeInit, 13, 0, 0, nil},
+		{trace.StageCUDAInit, 0.05, 0.05, 0, nil},
+		{trace.StageDecoderTensorUpload, 12.02, 12.02, 0, map[string]float64{trace.AttrBytes: 29.15 * giB}},
+		{trace.StageKVAlloc, 1, 0.02, 0, map[string]float64{trace.AttrTokens: 392920}},
+		{trace.StageGraphCapture, 35, 35.22, 0, map[string]float64{"target_prefill_s": 22.96, "target_decode_s": 12.26}},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+		{trace.StageWarmup, 2, 0, 0, nil},
+	}},
+	// TGI behind py-tgi's prefix; never "Connected" in the paste.
+	"tgi/v1.3.x-gpt2-wrapped-by-py-tgi.log": {KindTGI, -1, []want{
+		{trace.StageRuntimeInit, 0.000129, 0, 0, nil},
+		{trace.StageModelLoad, 5.707, 5.70626412, 0, nil},
+		{trace.StageWarmup, 0.951, 0, 0, nil},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrTokens: 16000}},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	"tgi/v2.0.x-image-2025-mistral-7b-g5-a10g-hyperpod.log": {KindTGI, 17.190479, []want{
+		{trace.StageRuntimeInit, 0.000089, 0, 0, nil},
+		{trace.StageModelLoad, 9.71, 9.709293463, 0, nil},
+		{trace.StageWarmup, 2.601, 0, 0, nil},
+		{trace.StageGraphCapture, 0.995, 0, 0, map[string]float64{trace.AttrBuckets: 6}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrTokens: 43808}},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	// TP2: both shards' "Shard ready in 48.3…s" collapse (Workers 2).
+	"tgi/v3.3.x-gemma3-27b-tp2-rtxa6000.log": {KindTGI, 72.780358, []want{
+		{trace.StageRuntimeInit, 1.82, 0, 0, nil},
+		{trace.StageModelLoad, 48.404, 48.385111561, 2, map[string]float64{"reported_min_s": 48.277857716}},
+		{trace.StageWarmup, 7.864, 0, 0, nil},
+		{trace.StageKVAlloc, 0.113, 0, 0, map[string]float64{trace.AttrBlocks: 52719, trace.AttrTokens: 52125}},
+		{trace.StageGraphCapture, 2.992, 0, 0, nil},
+		{trace.StageHTTPReady, 6.011, 0, 0, nil},
+	}},
+	// llama.cpp logs carry no time: durations count lines.
+	"llamacpp/b3892-2024-10-metal-m3max-starcoder15b-hf-download.log": {KindLlamaCpp, 66, []want{
+		{trace.StageRuntimeInit, 6, 0, 0, nil},
+		{trace.StageTensorIndexBuild, 21, 0, 0, map[string]float64{trace.AttrTensors: 485}},
+		{trace.StageDecoderTensorUpload, 7, 0, 0, map[string]float64{trace.AttrBytes: 10769.63 * miB, "host_bytes": 390 * miB, "layers_offloaded": 41}},
+		{trace.StageKVAlloc, 18, 0, 0, map[string]float64{trace.AttrBytes: 40 * miB, "compute_bytes": 248.01 * miB}},
+		{trace.StageCUDAInit, 5, 0, 0, nil},
+		{trace.StageWarmup, 1, 0, 0, nil},
+		{trace.StageHTTPReady, 1, 0, 0, nil},
+	}},
+	"llamacpp/b6699-2025-10-cuda-rtx3070-gpt-oss-20b-cpu-moe.log": {KindLlamaCpp, 69, []want{
+		{trace.StageCUDAInit, 3, 0, 0, map[string]float64{"devices": 1}},
+		{trace.StageRuntimeInit, 11, 0, 0, nil},
+		{trace.StageTensorIndexBuild, 18, 0, 0, map[string]float64{trace.AttrTensors: 459}},
+		{trace.StageDecoderTensorUpload, 7, 0, 0, map[string]float64{trace.AttrBytes: 1242.03 * miB, "host_bytes": 10949.33 * miB}},
+		{trace.StageKVAlloc, 21, 0, 0, map[string]float64{trace.AttrBytes: 3090 * miB, trace.AttrTokens: 131072}},
+		{trace.StageWarmup, 1, 0, 0, nil},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
+	}},
+	// Ollama: "llama runner started in 2.46 seconds" (printed twice) and
+	// the lazy load inside the first /api/generate (4.006 s).
+	"ollama/v0.2x-2026-05-llamarunner-qwen2.5-coder-7b-rtx3060.log": {KindOllama, -1, []want{
+		{trace.StageFirstRequest, 4.006, 4.006473015, 0, map[string]float64{"status": 200}},
+		{trace.StageModelLoad, 2.461, 2.46, 0, nil},
+		{trace.StageTensorIndexBuild, 0.896, 0, 0, map[string]float64{trace.AttrTensors: 339}},
+		{trace.StageDecoderTensorUpload, 0.283, 0, 0, map[string]float64{"layers_offloaded": 29, trace.AttrBytes: 4168.09 * miB}},
+		{trace.StageKVAlloc, 0.896, 0, 0, map[string]float64{trace.AttrBytes: 224 * miB, trace.AttrTokens: 4096}},
+	}},
+	"ollama/v0.3.x-2024-11-cpp-runner-granite-8b-m1pro-partial-offload-debug.log": {KindOllama, -1, []want{
+		{trace.StageModelLoad, 20.92, 20.92, 0, nil},
+		{trace.StageTensorIndexBuild, 0.183, 0, 0, map[string]float64{trace.AttrTensors: 578}},
+		{trace.StageDecoderTensorUpload, 0.585, 0, 0, map[string]float64{"layers_offloaded": 20, "layers_total": 37}},
+		{trace.StageKVAlloc, 16.769, 0, 0, map[string]float64{trace.AttrBytes: 18000 * miB}},
+		{trace.StageCUDAInit, 0.327, 0, 0, nil},
+	}},
+}
+
+// readFixture returns a fixture's lines, failing the test when the shared
+// fixtures are missing.
+func readFixture(t testing.TB, rel string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtureDir, rel))
+	if err != nil {
+		t.Fatalf("fixture %s: %v (the shared fixtures must sit at %s, ../shared beside the clone)", rel, err, fixtureDir)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+// fixtureLogs lists every .log under the fixture tree.
+func fixtureLogs(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(fixtureDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".log") {
+			rel, _ := filepath.Rel(fixtureDir, path)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk fixtures: %v (the shared fixtures must sit at %s)", err, fixtureDir)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no .log fixtures under %s", fixtureDir)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fixtureRef is the "file date" used to complete year-less stamps.
+var fixtureRef = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// parseFixture runs the import pipeline: timestamps, then a deferred parser.
+func parseFixture(t testing.TB, rel string, deferred bool) (*Parser, []trace.Span, []trace.Stage, []time.Duration) {
+	lines := readFixture(t, rel)
+	kind := DetectKind(nil, lines)
+	_, at, _ := LineTimes(kind, lines, fixtureRef)
+	p := NewParser(kind, trace.ClockAt(fixtureRef))
+	p.SetDeferred(deferred)
+	var live []trace.Span
+	stages := make([]trace.Stage, len(lines))
+	for i, l := range lines {
+		sp, st := p.Feed(at[i], l)
+		live = append(live, sp...)
+		stages[i] = st
+	}
+	final := p.Flush(at[len(at)-1])
+	if deferred {
+		return p, final, stages, at
+	}
+	return p, append(live, final...), stages, at
+}
+
+func TestEveryFixtureHasExpectations(t *testing.T) {
+	seen := map[string]bool{}
+	for _, rel := range fixtureLogs(t) {
+		seen[rel] = true
+		if _, ok := fixtureWants[rel]; !ok {
+			t.Errorf("fixture %s has no expectations in fixtureWants: add its stages", rel)
+		}
+	}
+	for rel := range fixtureWants {
+		if !seen[rel] {
+			t.Errorf("fixtureWants names %s, which is not in %s", rel, fixtureDir)
+		}
+	}
+}
+
+func TestFixtures(t *testing.T) {
+	for _, rel := range fixtureLogs(t) {
+		w, ok := fixtureWants[rel]
+		if !ok {
+			continue // reported by TestEveryFixtureHasExpectations
+		}
+		t.Run(rel, func(t *testing.T) {
+			lines := readFixture(t, rel)
+			if k := DetectKind(nil, lines); k != w.kind {
+				t.Fatalf("DetectKind = %s, want %s", k, w.kind)
+			}
+			p, spans, stages, _ := parseFixture(t, rel, true)
+			var got []string
+			for _, s := range spans {
+				got = append(got, string(s.Name))
+			}
+			var exp []string
+			for _, x := range w.stages {
+				exp = append(exp, string(x.stage))
+			}
+			if strings.Join(got, " ") != strings.Join(exp, " ") {
+				t.Fatalf("stages in start order:\n got  %v\n want %v", got, exp)
+			}
+			for i, x := range w.stages {
+				s := spans[i]
+				if d := s.Duration().Seconds(); math.Abs(d-x.dur) > 0.002 {
+					t.Errorf("%s: duration %.3fs, want %.3fs", s.Name, d, x.dur)
+				}
+				rep, hasRep := s.Attrs.Float(trace.AttrReported)
+				if x.rep == 0 && hasRep {
+					t.Errorf("%s: reported_s %v, want none", s.Name, rep)
+				}
+				if x.rep != 0 && (!hasRep || math.Abs(rep-x.rep) > 1e-6) {
+					t.Errorf("%s: reported_s %v (present %v), want %v", s.Name, rep, hasRep, x.rep)
+				}
+				if s.Workers != x.workers {
+					t.Errorf("%s: workers %d, want %d", s.Name, s.Workers, x.workers)
+				}
+				for k, v := range x.attrs {
+					if g, ok := s.Attrs.Float(k); !ok || math.Abs(g-v) > math.Max(1e-6, math.Abs(v)*1e-9) {
+						t.Errorf("%s: attrs[%s] = %v (present %v), want %v", s.Name, k, g, ok, v)
+					}
+				}
+				if s.Open || s.End < s.Start {
+					t.Errorf("%s: open %v or ends before it starts", s.Name, s.Open)
+				}
+				if s.Source != "log:"+string(w.kind) {
+					t.Errorf("%s: source %q", s.Name, s.Source)
+				}
+				if hasRep {
+					if l, _ := s.Attrs.String(trace.AttrLine); l == "" {
+						t.Errorf("%s: a span with a reported figure keeps its line in attrs[line]", s.Name)
+					}
+				}
+			}
+			at, ready := p.Ready()
+			if (w.ready >= 0) != ready || (ready && math.Abs(at.Seconds()-w.ready) > 0.002) {
+				t.Errorf("Ready() = %v, %v; want %v", at.Seconds(), ready, w.ready)
+			}
+			marked := 0
+			for _, st := range stages {
+				if st != "" {
+					marked++
+					if !st.Valid() {
+						t.Errorf("line marked with unknown stage %q", st)
+					}
+				}
+			}
+			if marked < len(w.stages)/2 {
+				t.Errorf("only %d lines carry a Log.Stage for %d stages", marked, len(w.stages))
+			}
+		})
+	}
+}
+
+// TestLiveMatchesDeferred checks what the launcher sees: spans returned as
+// lines arrive, replaced by (Name, Start), end up as the same stages as the
+// import's, each ending at the same time and starting no earlier.
+func TestLiveMatchesDeferred(t *testing.T) {
+	for _, rel := range fixtureLogs(t) {
+		t.Run(rel, func(t *testing.T) {
+			_, want, _, _ := parseFixture(t, rel, true)
+			_, live, _, _ := parseFixture(t, rel, false)
+			type key struct {
+				name  trace.Stage
+				start time.Duration
+			}
+			final := map[key]trace.Span{}
+			var order []key
+			for _, s := range live {
+				k := key{s.Name, s.Start}
+				if _, ok := final[k]; !ok {
+					order = append(order, k)
+				}
+				final[k] = s
+			}
+			var got []trace.Span
+			for _, k := range order {
+				got = append(got, final[k])
+			}
+			sort.SliceStable(got, func(i, j int) bool { return got[i].Start < got[j].Start })
+			if len(got) != len(want) {
+				t.Fatalf("live gives %d spans, deferred %d:\n live %v\n deferred %v", len(got), len(want), names(got), names(want))
+			}
+			byName := map[trace.Stage]trace.Span{}
+			for _, s := range want {
+				byName[s.Name] = s
+			}
+			for _, s := range got {
+				d, ok := byName[s.Name]
+				if !ok {
+					t.Errorf("live span %s not in the deferred result", s.Name)
+					continue
+				}
+				if s.Open {
+					t.Errorf("%s still open after Flush", s.Name)
+				}
+				if s.End != d.End || s.Start < d.Start || s.Workers != d.Workers {
+					t.Errorf("%s: live [%v, %v] ×%d, deferred [%v, %v] ×%d", s.Name, s.Start, s.End, s.Workers, d.Start, d.End, d.Workers)
+				}
+			}
+		})
+	}
+}
+
+func names(s []trace.Span) []trace.Stage {
+	var out []trace.Stage
+	for _, x := range s {
+		out = append(out, x.Name)
+	}
+	return out
+}

@@ -1,0 +1,130 @@
+package serverlog
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+var fuzzKinds = []Kind{KindVLLM, KindSGLang, KindTGI, KindLlamaCpp, KindOllama, KindTreni, KindAuto, KindUnknown}
+
+// checkSpans is what every span must satisfy whatever the input.
+func checkSpans(t *testing.T, spans []trace.Span) {
+	t.Helper()
+	for _, s := range spans {
+		if !s.Name.Valid() {
+			t.Fatalf("span with unknown stage %q", s.Name)
+		}
+		if s.End < s.Start {
+			t.Fatalf("span %s ends (%v) before it starts (%v)", s.Name, s.End, s.Start)
+		}
+		if s.Workers < 0 {
+			t.Fatalf("span %s with %d workers", s.Name, s.Workers)
+		}
+	}
+}
+
+// FuzzFeed feeds two arbitrary lines (and one real stage line between
+// them) to a parser of each kind: no panic, only well-formed spans.
+func FuzzFeed(f *testing.F) {
+	seeds := []string{
+		"(Worker_TP0 pid=1) INFO 09-24 20:50:58 [default_loader.py:268] Loading weights took 12.89 seconds",
+		"INFO 05-09 22:56:26 [monitor.py:33] torch.compile takes 30.79 s in total",
+		"INFO 05-09 22:56:47 [gpu_model_runner.py:1686] Graph capturing finished in 21 secs, took 0.45 GiB",
+		"INFO 02-16 17:02:11 gpu_executor.py:122] # GPU blocks: 9033, # CPU blocks: 512",
+		"INFO 05-09 22:55:45 [gpu_model_runner.py:1347] Model loading took 2.8871 GiB and 226.791553 seconds",
+		"[2026-08-27 03:45:53] Load weight end. elapsed=12.02 s, type=Qwen3MoeForCausalLM, quant=fp8, fmt=e4m3, avail mem=49.33 GB, mem usage=29.15 GB.",
+		"[2026-08-27 03:46:30] Capture target decode CUDA graph end. elapsed=12.26 s, mem usage=0.34 GB, avail mem=10.54 GB.",
+		"2025-07-04T12:35:58.150338Z  INFO shard-manager: text_generation_launcher: Shard ready in 48.277857716s rank=0",
+		"llama_kv_cache: size = 3072.00 MiB (131072 cells,  12 layers,  1/1 seqs), K (f16): 1536.00 MiB, V (f16): 1536.00 MiB",
+		`time=2024-11-08T01:05:48.331+05:30 level=INFO source=server.go:626 msg="llama runner started in 20.92 seconds"`,
+		`[GIN] 2026/05/05 - 01:30:24 | 200 |  4.006473015s |       127.0.0.1 | POST     "/api/generate"`,
+		`{"treni_stage":"v1","stage":"kv_alloc","start_ns":5,"end_ns":9,"attrs":{"blocks":3}}`,
+		"Loading weights took 1e308 seconds",
+		"Loading weights took -5 seconds",
+		"(Worker_TP0 pid=1) (Worker_TP1 pid=2)",
+		"[2026-08-27 03:46:30",
+		"time=",
+		`[GIN] | | -1s | | "/api/chat"`,
+		"0.00.000.000 I ",
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), int64(i)*int64(time.Second), s, "INFO 05-09 22:56:48 [x.py:1] Starting vLLM API server on http://0.0.0.0:8000")
+	}
+	f.Fuzz(func(t *testing.T, k uint8, at int64, a, b string) {
+		kind := fuzzKinds[int(k)%len(fuzzKinds)]
+		for _, deferred := range []bool{false, true} {
+			p := NewParser(kind, trace.ClockAt(time.Unix(0, 0)))
+			p.SetDeferred(deferred)
+			d := time.Duration(at)
+			sp, st := p.Feed(d, a)
+			checkSpans(t, sp)
+			if st != "" && !st.Valid() {
+				t.Fatalf("stage %q", st)
+			}
+			sp, _ = p.Feed(d+time.Second, "INFO 05-09 22:55:45 [loader.py:458] Loading weights took 0.50 seconds")
+			checkSpans(t, sp)
+			sp, _ = p.Feed(d-time.Hour, b) // a line that goes back in time
+			checkSpans(t, sp)
+			checkSpans(t, p.Tick(d+time.Minute))
+			checkSpans(t, p.Flush(d+time.Minute))
+			checkSpans(t, p.Spans())
+		}
+	})
+}
+
+// FuzzParseTimestamp: no panic, and a time is returned only with ok.
+func FuzzParseTimestamp(f *testing.F) {
+	for _, s := range []string{
+		"INFO 05-09 22:51:11 [__init__.py:239] x", "DEBUG 02-16 16:40:17.843 [a.py:1] x", "(Worker_TP0 pid=1) 2026-05-19 02:11:47,969 - INFO - x",
+		"[2025-01-23 19:35:14 TP0] x", "2024-01-15T08:47:15.882960Z  INFO x", `time=2024-11-08T01:05:27.403+05:30 level=INFO`,
+		"[GIN] 2026/05/05 - 01:30:24 | 200", "INFO [main] x | timestamp=1731008147", "0.07.611.221 I srv x",
+		`{"treni_stage":"v1","end_ns":99999999999999999999}`, "2026/11/22 03:00:01.5 x", "INFO 13-45 99:99:99 [x.py:1] bad",
+		"99.99.999.999 I x", "(", "(x pid=) ",
+	} {
+		f.Add(uint8(0), s)
+		f.Add(uint8(3), s)
+	}
+	f.Fuzz(func(t *testing.T, k uint8, line string) {
+		kind := fuzzKinds[int(k)%len(fuzzKinds)]
+		ref := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+		tm, ok := ParseTimestamp(kind, line, ref)
+		if !ok && !tm.IsZero() {
+			t.Fatalf("not ok but time %v", tm)
+		}
+		if ok && tm.IsZero() {
+			t.Fatalf("ok with a zero time for %q", line)
+		}
+		if strings.Count(line, "\n") == 0 {
+			_, at, _ := LineTimes(kind, []string{line, line}, ref)
+			if at[1] < at[0] {
+				t.Fatalf("LineTimes went backwards: %v", at)
+			}
+		}
+	})
+}
+
+// BenchmarkFeedVLLM measures the launcher's cost per line on real vLLM
+// output (a single-GPU serve log and a TP8 log with interleaved workers),
+// most of which are not stage lines.
+func BenchmarkFeedVLLM(b *testing.B) {
+	var lines []string
+	for _, rel := range []string{"vllm/v0.8.5.post1-v1engine-qwen2.5-1.5b-serve.log", "vllm/v0.10.x-v1engine-qwen3-235b-fp8-tp8-l40s-multiworker.log",
+		"vllm/series-upb-h100nvl-opt6.7b/v0.11.0-v1-debug.log"} {
+		lines = append(lines, readFixture(b, rel)...)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		p := NewParser(KindVLLM, trace.Clock{})
+		for j, l := range lines {
+			p.Feed(time.Duration(j)*time.Millisecond, l)
+		}
+		p.Flush(time.Duration(len(lines)) * time.Millisecond)
+		n += len(lines)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
+}

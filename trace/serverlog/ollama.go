@@ -1,0 +1,127 @@
+package serverlog
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Ollama stage lines (PATTERNS.md §5).
+var (
+	reORunnerStarted = regexp.MustCompile(`(?:llama runner|llama-server|runner) started in ([0-9.]+) seconds`)
+	reOGinPath       = regexp.MustCompile(`"(/[^"]*)"`)
+)
+
+// firstRequestPaths are the endpoints whose first call makes Ollama load
+// the model.
+var firstRequestPaths = []string{"/api/generate", "/api/chat", "/api/embed", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+
+// ollama turns one Ollama line into hits. Ollama's own lines are Go slog
+// text; its runner's (llama.cpp) lines are interleaved unprefixed and go
+// through the llama.cpp rules, so a lazy load is decomposed into the same
+// stages, inside the first request.
+//
+// Mapping: runtime_init is first line → "Listening on" (ready from there:
+// Ollama answers /api/version before any model is loaded); model_load is
+// "llama runner started in X seconds" (or "llama-server started in"), the
+// server's own total, ending at the line; first_request is the first gin
+// line of a generate, chat or embed call, ending at its line and starting
+// its latency earlier, so the lazy load sits inside it.
+func (p *Parser) ollama(at time.Duration, line string) {
+	l := stripCompose(line)
+	if strings.HasPrefix(l, "time=") {
+		msg := slogMsg(l)
+		switch {
+		case strings.HasPrefix(msg, "Listening on"):
+			p.add(hit{stage: trace.StageRuntimeInit, op: opEngineStart})
+			p.add(hit{op: opReady})
+		case strings.Contains(msg, "started in"):
+			m := reORunnerStarted.FindStringSubmatch(msg)
+			if m == nil {
+				break
+			}
+			for _, s := range []trace.Stage{trace.StageCUDAInit, trace.StageTensorIndexBuild, trace.StageDecoderTensorUpload, trace.StageKVAlloc, trace.StageWarmup} {
+				p.closeOpenStage(s)
+			}
+			p.add(took(trace.StageModelLoad, at, atof(m[1])))
+		case strings.HasPrefix(msg, "starting llama server") || strings.HasPrefix(msg, "starting runner") || strings.HasPrefix(msg, "starting llama-server") ||
+			strings.HasPrefix(msg, "loading model") || strings.HasPrefix(msg, "loading first model") || strings.HasPrefix(msg, "waiting for llama runner") ||
+			strings.HasPrefix(msg, "model load"):
+			p.add(hit{stage: trace.StageModelLoad, op: opMark})
+		}
+		return
+	}
+	if strings.HasPrefix(l, "[GIN] ") {
+		p.gin(at, l)
+		return
+	}
+	p.llamacpp(at, l, true)
+}
+
+// gin reads "[GIN] 2026/05/05 - 01:30:24 | 200 |  4.006473015s |  127.0.0.1 | POST  "/api/generate"".
+func (p *Parser) gin(at time.Duration, l string) {
+	if p.firstReq {
+		return
+	}
+	f := strings.Split(l, "|")
+	if len(f) < 5 {
+		return
+	}
+	m := reOGinPath.FindStringSubmatch(f[len(f)-1])
+	if m == nil {
+		return
+	}
+	path := m[1]
+	known := false
+	for _, fp := range firstRequestPaths {
+		if path == fp {
+			known = true
+		}
+	}
+	if !known {
+		return
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(f[2]))
+	if err != nil || d < 0 {
+		return
+	}
+	p.firstReq = true
+	h := took(trace.StageFirstRequest, at, d.Seconds())
+	h.set = trace.Attrs{"endpoint": path, "status": atof(strings.TrimSpace(f[1]))}
+	p.add(h)
+}
+
+// slogMsg returns the msg value of a slog text line (quoted or bare).
+func slogMsg(l string) string {
+	i := strings.Index(l, " msg=")
+	if i < 0 {
+		return ""
+	}
+	s := l[i+5:]
+	if s == "" || s[0] != '"' {
+		if sp := strings.IndexByte(s, ' '); sp >= 0 {
+			return s[:sp]
+		}
+		return s
+	}
+	if end := strings.IndexByte(s[1:], '"'); end >= 0 && !strings.Contains(s[1:end+1], `\`) {
+		return s[1 : end+1] // the usual case: no escapes, no copy
+	}
+	var b strings.Builder
+	for j := 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			if j+1 < len(s) {
+				j++
+				b.WriteByte(s[j])
+			}
+		case '"':
+			return b.String()
+		default:
+			b.WriteByte(s[j])
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,314 @@
+package serverlog
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Timestamp shapes that need a regexp; the common prefixes are cut by hand.
+var (
+	reRFC3339   = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)`)
+	reUnixStamp = regexp.MustCompile(`\btimestamp=(\d{10})\b`)
+	rePyAsctime = regexp.MustCompile(`^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) `)
+	reGoLog     = regexp.MustCompile(`^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?) `)
+)
+
+// ParseTimestamp reads the time a log line carries, in the format of kind
+// (KindAuto or KindUnknown try every format):
+//
+//   - vLLM: "INFO 02-16 16:40:17" or "… 16:40:17.843" after any
+//     "(Worker_TP0 pid=…)" tags; the year is the one that puts the line
+//     nearest ref (pass the previous line's time, or the file's date). Also
+//     Python's "2026-05-19 02:11:47,969" asctime from libraries it loads.
+//   - SGLang: "[2025-01-23 19:34:55 TP0]".
+//   - TGI: RFC 3339 "2024-01-15T08:47:15.882960Z", also after a wrapper's
+//     prefix and inside --json-output lines.
+//   - Ollama: slog "time=2024-11-08T01:05:27.403+05:30", gin
+//     "[GIN] 2026/05/05 - 01:30:24", and its C++ runner's "timestamp=1731008127".
+//   - llama.cpp: 2026 builds' "0.07.611.221 I " prefix is minutes, seconds,
+//     milliseconds and microseconds since the process started: the result
+//     is ref plus that, so pass the process start as ref. Older builds print
+//     no time at all.
+//   - treni: the stage lines' end_ns, RFC 3339, slog time=, or Go's
+//     log package "2006/01/02 15:04:05".
+//
+// Times without a zone are read in ref's location. It returns false when
+// the line carries no time it understands.
+func ParseTimestamp(kind Kind, line string, ref time.Time) (time.Time, bool) {
+	switch kind {
+	case KindVLLM:
+		return vllmTime(line, ref)
+	case KindSGLang:
+		return sglangTime(line, ref)
+	case KindTGI:
+		return rfc3339In(line, 200)
+	case KindOllama:
+		if t, ok := ollamaTime(line, ref); ok {
+			return t, ok
+		}
+		return llamaTime(line, ref)
+	case KindLlamaCpp:
+		return llamaTime(line, ref)
+	case KindTreni:
+		return treniTime(line, ref)
+	}
+	for _, f := range []func(string, time.Time) (time.Time, bool){vllmTime, sglangTime, ollamaTime, treniTime, llamaTime} {
+		if t, ok := f(line, ref); ok {
+			return t, ok
+		}
+	}
+	return rfc3339In(line, 200)
+}
+
+// stripVLLMTags cuts the "(Proc pid=N) " tags vLLM puts before lines of
+// its worker and engine processes; worker is the first tag naming a
+// tensor-parallel worker ("" for the engine core and API server).
+func stripVLLMTags(l string) (worker, rest string) {
+	rest = l
+	for len(rest) > 0 && rest[0] == '(' {
+		i := strings.Index(rest, ") ")
+		if i < 0 {
+			if strings.HasSuffix(rest, ")") && strings.Contains(rest, " pid=") {
+				return worker, ""
+			}
+			break
+		}
+		tag := rest[1:i]
+		if !strings.Contains(tag, " pid=") {
+			break
+		}
+		if worker == "" && strings.Contains(tag, "Worker") {
+			worker = tag
+		}
+		rest = strings.TrimLeft(rest[i+2:], " ")
+	}
+	return worker, rest
+}
+
+// vllmLevelDate splits "INFO 02-16 16:40:17.843 [file.py:1] msg" (or the
+// ≤0.7 form "… file.py:1] msg") into its date-time text and message.
+func vllmLevelDate(s string) (stamp, msg string, ok bool) {
+	sp := strings.IndexByte(s, ' ')
+	if sp < 4 || sp > 8 {
+		return "", "", false
+	}
+	switch s[:sp] {
+	case "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN":
+	default:
+		return "", "", false
+	}
+	r := s[sp+1:]
+	// MM-DD HH:MM:SS
+	if len(r) < 14 || r[2] != '-' || r[5] != ' ' || r[8] != ':' || r[11] != ':' || !isDigits(r[:2]) || !isDigits(r[3:5]) ||
+		!isDigits(r[6:8]) || !isDigits(r[9:11]) || !isDigits(r[12:14]) {
+		return "", "", false
+	}
+	n := 14
+	if len(r) > n && r[n] == '.' {
+		n++
+		for n < len(r) && r[n] >= '0' && r[n] <= '9' {
+			n++
+		}
+	}
+	stamp = r[:n]
+	msg = r[n:]
+	if j := strings.Index(msg, "] "); j >= 0 && j < 80 {
+		msg = msg[j+2:]
+	} else {
+		msg = strings.TrimLeft(msg, " ")
+	}
+	return stamp, msg, true
+}
+
+func vllmTime(line string, ref time.Time) (time.Time, bool) {
+	_, rest := stripVLLMTags(line)
+	stamp, _, ok := vllmLevelDate(rest)
+	if !ok {
+		if m := rePyAsctime.FindStringSubmatch(rest); m != nil {
+			t, err := time.ParseInLocation("2006-01-02 15:04:05", m[1], loc(ref))
+			if err != nil {
+				return time.Time{}, false
+			}
+			ms, _ := strconv.Atoi(m[2])
+			return t.Add(time.Duration(ms) * time.Millisecond), true
+		}
+		return time.Time{}, false
+	}
+	layout := "01-02 15:04:05"
+	if len(stamp) > 14 {
+		layout += "." + strings.Repeat("0", len(stamp)-15)
+	}
+	t, err := time.ParseInLocation(layout, stamp, loc(ref))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return nearestYear(t, ref), true
+}
+
+// nearestYear puts a year-less time into the year that brings it nearest
+// to ref without going more than a month past it: with ref the previous
+// line, a log crossing New Year keeps going forward; with ref the file's
+// date, a May log read in November stays in the same year.
+func nearestYear(t, ref time.Time) time.Time {
+	if ref.IsZero() {
+		ref = time.Now()
+	}
+	const ahead = 31 * 24 * time.Hour
+	best := t
+	var bestD time.Duration = -1
+	for y := ref.Year() - 1; y <= ref.Year()+1; y++ {
+		c := time.Date(y, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
+		d := c.Sub(ref)
+		if d > ahead {
+			continue
+		}
+		if d < 0 {
+			d = -d
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func loc(ref time.Time) *time.Location {
+	if ref.IsZero() {
+		return time.Local
+	}
+	return ref.Location()
+}
+
+func sglangTime(line string, ref time.Time) (time.Time, bool) {
+	if !sglangPrefix(line) {
+		return time.Time{}, false
+	}
+	t, err := time.ParseInLocation("2006-01-02 15:04:05", line[1:20], loc(ref))
+	return t, err == nil
+}
+
+// rfc3339In finds an RFC 3339 time within the first n bytes of line.
+func rfc3339In(line string, n int) (time.Time, bool) {
+	if len(line) > n {
+		line = line[:n]
+	}
+	if !strings.Contains(line, "T") {
+		return time.Time{}, false
+	}
+	s := reRFC3339.FindString(line)
+	if s == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
+}
+
+func ollamaTime(line string, ref time.Time) (time.Time, bool) {
+	line = stripCompose(line)
+	if strings.HasPrefix(line, "time=") {
+		end := strings.IndexByte(line, ' ')
+		if end < 0 {
+			end = len(line)
+		}
+		t, err := time.Parse(time.RFC3339Nano, strings.Trim(line[5:end], `"`))
+		return t, err == nil
+	}
+	if strings.HasPrefix(line, "[GIN] ") && len(line) >= 27 {
+		t, err := time.ParseInLocation("2006/01/02 - 15:04:05", line[6:27], loc(ref))
+		return t, err == nil
+	}
+	if strings.Contains(line, "timestamp=") {
+		if m := reUnixStamp.FindStringSubmatch(line); m != nil {
+			s, err := strconv.ParseInt(m[1], 10, 64)
+			if err == nil {
+				return time.Unix(s, 0).In(loc(ref)), true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// stripCompose cuts a docker compose "name  | " prefix before a slog line.
+func stripCompose(line string) string {
+	if i := strings.Index(line, "| time="); i > 0 && i < 80 {
+		return line[i+2:]
+	}
+	return line
+}
+
+// llamaElapsed reads llama.cpp's "M.SS.mmm.uuu L " prefix (time since the
+// process started) and returns it with the rest of the line.
+func llamaElapsed(line string) (time.Duration, string, bool) {
+	sp := strings.IndexByte(line, ' ')
+	if sp < 10 || sp > 20 || len(line) < sp+3 || line[sp+2] != ' ' {
+		return 0, line, false
+	}
+	switch line[sp+1] {
+	case 'I', 'W', 'E', 'D', 'N':
+	default:
+		return 0, line, false
+	}
+	parts := strings.Split(line[:sp], ".")
+	if len(parts) != 4 {
+		return 0, line, false
+	}
+	var v [4]int64
+	for i, s := range parts {
+		if !isDigits(s) || len(s) > 9 {
+			return 0, line, false
+		}
+		v[i], _ = strconv.ParseInt(s, 10, 64)
+	}
+	d := time.Duration(v[0])*time.Minute + time.Duration(v[1])*time.Second + time.Duration(v[2])*time.Millisecond + time.Duration(v[3])*time.Microsecond
+	return d, line[sp+3:], true
+}
+
+func llamaTime(line string, ref time.Time) (time.Time, bool) {
+	if d, _, ok := llamaElapsed(line); ok {
+		if ref.IsZero() {
+			return time.Time{}, false
+		}
+		return ref.Add(d), true
+	}
+	if strings.Contains(line, "timestamp=") {
+		if m := reUnixStamp.FindStringSubmatch(line); m != nil {
+			s, err := strconv.ParseInt(m[1], 10, 64)
+			if err == nil {
+				return time.Unix(s, 0).In(loc(ref)), true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+func treniTime(line string, ref time.Time) (time.Time, bool) {
+	if strings.HasPrefix(strings.TrimSpace(line), "{") && strings.Contains(line, `"treni_stage"`) {
+		if i := strings.Index(line, `"end_ns":`); i >= 0 {
+			j := i + len(`"end_ns":`)
+			k := j
+			for k < len(line) && line[k] >= '0' && line[k] <= '9' {
+				k++
+			}
+			if ns, err := strconv.ParseInt(line[j:k], 10, 64); err == nil && k > j {
+				return time.Unix(0, ns).In(loc(ref)), true
+			}
+		}
+	}
+	if strings.HasPrefix(line, "time=") {
+		return ollamaTime(line, ref)
+	}
+	if m := reGoLog.FindStringSubmatch(line); m != nil {
+		layout := "2006/01/02 15:04:05"
+		if dot := strings.IndexByte(m[1], '.'); dot >= 0 {
+			layout += "." + strings.Repeat("0", len(m[1])-dot-1)
+		}
+		t, err := time.ParseInLocation(layout, m[1], loc(ref))
+		return t, err == nil
+	}
+	if len(line) >= 20 && line[4] == '-' && line[10] == 'T' {
+		return rfc3339In(line, 40)
+	}
+	return time.Time{}, false
+}
