@@ -1,14 +1,93 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/tui"
+)
 
 func newReplayCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "replay FILE",
-		Short:   "Replay a recorded session in the TUI at its recorded pace",
-		Example: "  treni-top replay session.jsonl --speed 4",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top replay'", "issue 2")
+	var (
+		speed                  float64
+		fast, headless, asJSON bool
+		noColor, light, mouse  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "replay FILE",
+		Short: "Replay a recorded session in the TUI at its recorded pace",
+		Long: `Replay a recorded session (.jsonl or .jsonl.gz) in the same TUI as a live run.
+Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
+? shows every key. --headless prints plain progress lines and then the report
+(as fast as possible unless --speed is given); --json prints the report as JSON.`,
+		Example: "  treni-top replay session.jsonl --speed 4\n  treni-top replay session.jsonl --headless",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := sessions.Open(args[0])
+			if err != nil {
+				return withExit(2, err)
+			}
+			if headless && !cmd.Flags().Changed("speed") {
+				fast = true // CI wants the report, not the original pace
+			}
+			rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Speed: speed, Fast: fast})
+			bus := trace.NewBus()
+			sub := bus.Subscribe()
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			// The replayer goroutine is owned here: cancel stops it, Wait
+			// joins it, and it closes the bus so the consumer sees the end.
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer bus.Close()
+				_ = rp.Run(ctx, bus)
+			}()
+			defer wg.Wait()
+			defer cancel()
+			if !headless && !asJSON {
+				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, NoColor: noColor, Light: light, Mouse: mouse})
+			}
+			var progress io.Writer = cmd.OutOrStdout()
+			if asJSON {
+				progress = cmd.ErrOrStderr() // stdout carries only the JSON
+			}
+			if headless {
+				if err := tui.Headless(ctx, progress, sub); err != nil {
+					sub.Cancel()
+					return withExit(2, err)
+				}
+			} else {
+				sub.Cancel()
+			}
+			rep := sessions.BuildReport(s)
+			if asJSON {
+				b, err := rep.JSON()
+				if err != nil {
+					return withExit(2, err)
+				}
+				_, err = cmd.OutOrStdout().Write(b)
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), "\n"+rep.Markdown())
+			return err
 		},
 	}
+	f := cmd.Flags()
+	f.Float64Var(&speed, "speed", 1, "playback rate (2 = twice as fast)")
+	f.BoolVar(&fast, "fast", false, "replay as fast as possible")
+	f.BoolVar(&headless, "headless", false, "no TUI: plain progress lines, then the report")
+	f.BoolVar(&asJSON, "json", false, "print the final report as JSON (implies no TUI)")
+	f.BoolVar(&noColor, "no-color", os.Getenv("NO_COLOR") != "", "no colors (also NO_COLOR=1)")
+	f.BoolVar(&light, "light", false, "light-background theme (default: ask the terminal)")
+	f.BoolVar(&mouse, "mouse", false, "enable the mouse (off so that text can be selected)")
+	return cmd
 }

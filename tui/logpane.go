@@ -1,0 +1,184 @@
+package tui
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// logView is the target's output: a scrollable list that follows the tail
+// until the user scrolls up, with / search and stage lines marked.
+//
+// It keeps its own scroll offset instead of bubbles' viewport: the viewport
+// re-splits and re-measures its whole content on every SetContent, which
+// for a 20,000-line live tail would cost tens of milliseconds per new line.
+// Here lines are formatted once, as they arrive, and only the visible ones
+// are measured (by the frame).
+type logView struct {
+	off    int // index of the first visible line
+	height int // visible lines at the last render
+	follow bool
+
+	searching bool
+	// input is the query being typed after /. A plain string rather than
+	// bubbles' textinput, which would pull a clipboard dependency into the
+	// module for one line of input.
+	input   string
+	query   string
+	matches []int // line indexes that contain the query
+	cur     int   // index into matches
+
+	lines   []string // formatted st.logs[i] for i in [0, len(lines))
+	dropped int      // st.logDropped the lines were built against
+	builtQ  string
+}
+
+func newLogView() *logView { return &logView{follow: true, height: 10} }
+
+func (logView) title() string { return "Log" }
+
+// sync formats the lines that arrived since the last call; a new query or
+// lines dropped from the front of the buffer rebuild everything.
+func (l *logView) sync(c *programContext, st *state, h int) {
+	l.height = max(h, 1)
+	if l.builtQ != l.query || l.dropped != st.logDropped || len(l.lines) > len(st.logs) {
+		l.lines, l.matches = l.lines[:0], l.matches[:0]
+		l.builtQ, l.dropped = l.query, st.logDropped
+	}
+	t := c.theme
+	q := strings.ToLower(l.query)
+	for i := len(l.lines); i < len(st.logs); i++ {
+		ln := st.logs[i]
+		mark := "  "
+		text := ln.text
+		if ln.stage != "" {
+			mark = t.render(t.stageMark, "▸ ")
+			text = t.render(t.stageMark, "["+string(ln.stage)+"]") + " " + stageLineText(text)
+		}
+		if ln.stream == "stderr" && ln.stage == "" {
+			text = t.render(t.dim, text)
+		}
+		stamp := fmt.Sprintf("%8.3fs", ln.at.Seconds())
+		if q != "" && strings.Contains(strings.ToLower(ln.text), q) {
+			l.matches = append(l.matches, i)
+			// A match is marked by a glyph as well, so it shows under NO_COLOR.
+			stamp, mark = t.render(t.match, stamp), t.render(t.match, "»")+" "
+		}
+		l.lines = append(l.lines, stamp+" "+mark+text)
+	}
+	if l.follow {
+		l.off = l.maxOff()
+	}
+	l.off = min(max(l.off, 0), l.maxOff())
+}
+
+func (l *logView) maxOff() int { return max(len(l.lines)-l.height, 0) }
+
+func (l *logView) view(c *programContext, st *state, w, h int) []string {
+	t := c.theme
+	if h < 2 {
+		return nil
+	}
+	l.sync(c, st, h-1)
+	if len(st.logs) == 0 {
+		return []string{t.render(t.dim, "no output from the target yet")}
+	}
+	end := min(l.off+l.height, len(l.lines))
+	out := append([]string(nil), l.lines[min(l.off, end):end]...)
+	for len(out) < h-1 {
+		out = append(out, "")
+	}
+	var status string
+	switch {
+	case l.searching:
+		status = "/" + l.input + "█  enter search · esc cancel"
+	case l.query != "":
+		pos := 0
+		if len(l.matches) > 0 {
+			pos = l.cur + 1
+		}
+		status = fmt.Sprintf("/%s  %d/%d matches · n/N next/previous · / new search", l.query, pos, len(l.matches))
+	default:
+		follow := "following the tail"
+		if !l.follow {
+			follow = "scrolled · G follows the tail"
+		}
+		status = fmt.Sprintf("%d lines · %s · / search", len(st.logs), follow)
+	}
+	return append(out, t.render(t.dim, status))
+}
+
+// scroll moves by n lines (negative: up); reaching the bottom follows the
+// tail again.
+func (l *logView) scroll(n int) {
+	l.off = min(max(l.off+n, 0), l.maxOff())
+	l.follow = l.off >= l.maxOff()
+}
+
+// top and bottom jump to either end.
+func (l *logView) top()    { l.off, l.follow = 0, false }
+func (l *logView) bottom() { l.off, l.follow = l.maxOff(), true }
+
+// jump moves to match i (wrapping) and centres it.
+func (l *logView) jump(i int) {
+	if len(l.matches) == 0 {
+		return
+	}
+	i = ((i % len(l.matches)) + len(l.matches)) % len(l.matches)
+	l.cur = i
+	l.off = min(max(l.matches[i]-l.height/2, 0), l.maxOff())
+	l.follow = false
+}
+
+// maxQuery bounds the search input.
+const maxQuery = 200
+
+// edit applies one key to the search input.
+func (l *logView) edit(k tea.KeyMsg) {
+	switch k.Type {
+	case tea.KeyBackspace:
+		if r := []rune(l.input); len(r) > 0 {
+			l.input = string(r[:len(r)-1])
+		}
+	case tea.KeyRunes, tea.KeySpace:
+		if len(l.input) < maxQuery {
+			l.input += string(k.Runes)
+		}
+	}
+}
+
+// stageLineText shortens the built-in engine's JSON stage lines to what a
+// person reads (duration and attributes); other servers' lines are shown
+// as they were printed. Search still matches the raw line.
+func stageLineText(text string) string {
+	sl, err := trace.ParseStageLine(text)
+	if err != nil {
+		return text
+	}
+	out := fmtDur(time.Duration(sl.EndNS-sl.StartNS)) + " (treni stage line"
+	keys := make([]string, 0, len(sl.Attrs))
+	for k := range sl.Attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := fmt.Sprint(sl.Attrs[k])
+		if f, ok := sl.Attrs.Float(k); ok {
+			switch {
+			case k == trace.AttrBytes:
+				v = strings.ReplaceAll(fmtBytes(f), " ", "")
+			case f == float64(int64(f)):
+				v = fmt.Sprintf("%d", int64(f))
+			default:
+				v = fmt.Sprintf("%.3g", f)
+			}
+		}
+		out += " " + k + "=" + v
+	}
+	return out + ")"
+}

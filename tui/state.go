@@ -1,0 +1,318 @@
+package tui
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Bounds on what the UI keeps in memory. The session file keeps everything;
+// the screen only ever shows the recent past.
+const (
+	maxSeriesPoints = 2048
+	maxLogLines     = 20000
+)
+
+// series is one chart's history: values at session offsets, oldest first.
+type series struct {
+	t []time.Duration
+	v []float64
+}
+
+func (s *series) add(at time.Duration, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return // a broken reading must not reach the plotter
+	}
+	s.t = append(s.t, at)
+	s.v = append(s.v, v)
+	if len(s.v) > maxSeriesPoints {
+		// Drop the oldest half in one copy rather than one point per add.
+		n := len(s.v) / 2
+		s.t = append(s.t[:0], s.t[n:]...)
+		s.v = append(s.v[:0], s.v[n:]...)
+	}
+}
+
+func (s *series) last() (float64, bool) {
+	if len(s.v) == 0 {
+		return 0, false
+	}
+	return s.v[len(s.v)-1], true
+}
+
+// logLine is one line of the target's output as the log pane shows it.
+type logLine struct {
+	at     time.Duration
+	run    int
+	stream string
+	text   string
+	stage  trace.Stage
+}
+
+// state is the session as the UI knows it: every event applied so far and
+// what is derived from them. Derivations that scan all events (runs,
+// diagnosis) are recomputed by analyze, which the model throttles.
+type state struct {
+	// events are all events, for the diagnosis; core are those Analyze
+	// reads (stages, requests, processes, markers), so a long session full
+	// of samples and log lines stays cheap to re-analyze.
+	events []trace.Event
+	core   []trace.Event
+	last   time.Duration // the latest event offset
+
+	gpuMem, gpuTotal, pcieRX, rss, residentPct series
+	residentBytes, weightBytes                 float64
+	// Latest per-GPU readings, summed into one point per GPU sample.
+	gpuMemBy, gpuTotalBy, pcieBy map[string]float64
+
+	logs []logLine
+	// logVersion counts appended log lines, so the log pane rebuilds its
+	// content only when it changed.
+	logVersion int
+	// logDropped counts lines dropped from the front, so the log pane knows
+	// its formatted copy is stale.
+	logDropped int
+	// inflight are requests seen but not done (latest update), for the
+	// probing state and the requests pane's streaming rows.
+	inflight map[string]inflightReq
+
+	runs      []sessions.Run
+	diag      sessions.Diagnosis
+	diagAt    time.Time
+	hasDiag   bool
+	dirty     bool // events applied since the last analyze
+	version   int  // bumped by analyze; panes cache on it
+	processes int  // process start events seen
+	resets    int  // replay resets seen (for tests and the status line)
+}
+
+func newState() *state {
+	return &state{
+		gpuMemBy: map[string]float64{}, gpuTotalBy: map[string]float64{}, pcieBy: map[string]float64{},
+		inflight: map[string]inflightReq{},
+	}
+}
+
+// apply appends events. It returns true when a replay reset asked to forget
+// everything; the caller then starts from a fresh state with the events
+// that follow the reset.
+func (s *state) apply(evs []trace.Event) (reset bool, rest []trace.Event) {
+	for i, e := range evs {
+		if e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerReplayReset {
+			return true, evs[i+1:]
+		}
+		s.applyOne(e)
+	}
+	return false, nil
+}
+
+func (s *state) applyOne(e trace.Event) {
+	if e.Validate() != nil {
+		return // a malformed event must not crash the UI
+	}
+	s.dirty = true
+	if e.At > s.last {
+		s.last = e.At
+	}
+	s.events = append(s.events, e)
+	switch e.Kind {
+	case trace.KindSample:
+		s.applySample(e.At, e.Sample)
+		return
+	case trace.KindLog:
+		s.logs = append(s.logs, logLine{at: e.At, run: e.Run, stream: e.Log.Stream, text: e.Log.Text, stage: e.Log.Stage})
+		if len(s.logs) > maxLogLines {
+			n := len(s.logs) / 4
+			s.logs = append(s.logs[:0], s.logs[n:]...)
+			s.logDropped += n
+		}
+		s.logVersion++
+		return
+	case trace.KindRequest:
+		if e.Request.Done {
+			delete(s.inflight, e.Request.ID)
+		} else {
+			s.inflight[e.Request.ID] = inflightReq{run: e.Run, q: *e.Request}
+		}
+	case trace.KindProcess:
+		if e.Process.Action == trace.ProcessStart {
+			s.processes++
+		}
+	}
+	s.core = append(s.core, e)
+}
+
+func (s *state) applySample(at time.Duration, sm *trace.Sample) {
+	switch src := sm.Source; {
+	case src == trace.SourceProcess:
+		if v, ok := sm.Values[trace.MetricRSS]; ok {
+			s.rss.add(at, v)
+		}
+	case src == trace.SourcePageCache:
+		res, ok1 := sm.Values[trace.MetricResidentBytes]
+		tot, ok2 := sm.Values[trace.MetricWeightBytes]
+		if ok1 && ok2 && tot > 0 {
+			s.residentBytes, s.weightBytes = res, tot
+			s.residentPct.add(at, 100*res/tot)
+		}
+	case len(src) > 3 && src[:3] == "gpu":
+		if v, ok := sm.Values[trace.MetricGPUMemUsed]; ok {
+			s.gpuMemBy[src] = v
+			s.gpuMem.add(at, sum(s.gpuMemBy))
+		}
+		if v, ok := sm.Values[trace.MetricGPUMemTotal]; ok {
+			s.gpuTotalBy[src] = v
+		}
+		if v, ok := sm.Values[trace.MetricPCIeRX]; ok {
+			s.pcieBy[src] = v
+			s.pcieRX.add(at, sum(s.pcieBy))
+		}
+	}
+}
+
+func sum(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// analyze recomputes runs (and, at most once a second unless final, the
+// diagnosis).
+//
+// nowOff is the live session offset (negative when there is no live
+// clock): stages still open are drawn up to it, so bars grow between the
+// producer's updates.
+func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
+	if !s.dirty && s.hasDiag {
+		return
+	}
+	s.runs = sessions.Analyze(s.core)
+	s.growOpen(nowOff)
+	if final || !s.hasDiag || now.Sub(s.diagAt) >= time.Second {
+		s.diag = sessions.Diagnose(s.events)
+		s.diagAt, s.hasDiag = now, true
+	}
+	s.dirty = false
+	s.version++
+}
+
+// run returns the selected run: sel < 0 or past the end means the latest.
+func (s *state) run(sel int) (sessions.Run, bool) {
+	if len(s.runs) == 0 {
+		return sessions.Run{}, false
+	}
+	if sel < 0 || sel >= len(s.runs) {
+		return s.runs[len(s.runs)-1], true
+	}
+	return s.runs[sel], true
+}
+
+// allRequests are the finished requests of every run, in send order, for
+// the per-request charts.
+func (s *state) allRequests() []trace.Request {
+	var out []trace.Request
+	for _, r := range s.runs {
+		out = append(out, r.Requests...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Sent < out[j].Sent })
+	return out
+}
+
+// probing reports whether a request of run is in flight.
+func (s *state) probing(run int) bool {
+	for _, r := range s.inflight {
+		if r.run == run {
+			return true
+		}
+	}
+	return false
+}
+
+// targetState is the header's state word for a run, derived from events
+// only: launching → loading → healthy ↔ probing → stopped | crashed.
+func targetState(r sessions.Run, ok bool, probing bool) string {
+	switch {
+	case !ok:
+		return "waiting"
+	case r.Exit != nil && r.Crashed:
+		if r.Exit.Signal != "" {
+			return "crashed (" + r.Exit.Signal + ")"
+		}
+		return "crashed (exit " + itoa(r.Exit.ExitCode) + ")"
+	case r.Exit != nil:
+		return "stopped"
+	case probing:
+		return "probing"
+	case r.Healthy > 0:
+		return "healthy"
+	case len(r.Spans) > 0:
+		return "loading"
+	}
+	return "launching"
+}
+
+// growOpen extends the latest run's open stages to nowOff and, while the
+// cold window is still open-ended, the window too.
+func (s *state) growOpen(nowOff time.Duration) {
+	if nowOff <= 0 || len(s.runs) == 0 {
+		return
+	}
+	r := &s.runs[len(s.runs)-1]
+	if r.Exit != nil {
+		return
+	}
+	changed := false
+	for i := range r.Spans {
+		if sp := &r.Spans[i]; sp.Open && sp.End < nowOff {
+			sp.End, changed = nowOff, true
+		}
+	}
+	if !changed {
+		return
+	}
+	if r.ColdEndKind == sessions.ColdEndLastStage && nowOff > r.ColdEnd {
+		r.ColdEnd = nowOff
+	}
+	r.Attribution = trace.Attribute(r.Spans, trace.Interval{Start: r.Start, End: r.ColdEnd})
+}
+
+// hasOpen reports whether the latest run has a stage still running.
+func (s *state) hasOpen() bool {
+	if len(s.runs) == 0 {
+		return false
+	}
+	for _, sp := range s.runs[len(s.runs)-1].Spans {
+		if sp.Open {
+			return true
+		}
+	}
+	return false
+}
+
+// inflightReq is a request still streaming.
+type inflightReq struct {
+	run int
+	q   trace.Request
+}
+
+// streaming returns run's in-flight requests in send order.
+func (s *state) streaming(run int) []trace.Request {
+	var out []trace.Request
+	for _, r := range s.inflight {
+		if r.run == run {
+			out = append(out, r.q)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Sent != out[j].Sent {
+			return out[i].Sent < out[j].Sent
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}

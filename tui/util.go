@@ -1,0 +1,139 @@
+package tui
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/treni-top/treni-top/sessions"
+)
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// fit makes line exactly w cells wide: truncated with … or padded with
+// spaces. Every line a pane returns goes through it, so no pane can break
+// the layout.
+func fit(line string, w int) string {
+	if w <= 0 {
+		return ""
+	}
+	lw := ansi.StringWidth(line)
+	if lw > w {
+		line = ansi.Truncate(line, w, "…")
+		lw = ansi.StringWidth(line)
+	}
+	if lw < w {
+		line += strings.Repeat(" ", w-lw)
+	}
+	return line
+}
+
+// fitLines makes exactly h lines of width w.
+func fitLines(lines []string, w, h int) []string {
+	out := make([]string, h)
+	for i := 0; i < h; i++ {
+		if i < len(lines) {
+			out[i] = fit(lines[i], w)
+		} else {
+			out[i] = strings.Repeat(" ", max(w, 0))
+		}
+	}
+	return out
+}
+
+// box frames lines with a titled border, w×h including the border. The
+// focused pane gets a double border so focus shows without color.
+func box(t *theme, title string, lines []string, w, h int, focused bool) []string {
+	if w < 4 || h < 2 {
+		return fitLines(nil, max(w, 0), max(h, 0))
+	}
+	tl, tr, bl, br, hz, vt := "╭", "╮", "╰", "╯", "─", "│"
+	st := t.border
+	if focused {
+		tl, tr, bl, br, hz, vt = "╔", "╗", "╚", "╝", "═", "║"
+		st = t.borderFocus
+	}
+	head := hz + " " + title + " "
+	if ansi.StringWidth(head) > w-2 {
+		head = ansi.Truncate(head, w-2, "")
+	}
+	top := tl + head + strings.Repeat(hz, w-2-ansi.StringWidth(head)) + tr
+	out := make([]string, 0, h)
+	out = append(out, t.render(st, top))
+	side := t.render(st, vt)
+	for _, l := range fitLines(lines, w-2, h-2) {
+		out = append(out, side+l+side)
+	}
+	out = append(out, t.render(st, bl+strings.Repeat(hz, w-2)+br))
+	return out
+}
+
+// joinH places blocks of lines side by side (each already of its width
+// and of equal height).
+func joinH(blocks ...[]string) []string {
+	if len(blocks) == 0 {
+		return nil
+	}
+	out := make([]string, len(blocks[0]))
+	for i := range out {
+		var b strings.Builder
+		for _, bl := range blocks {
+			if i < len(bl) {
+				b.WriteString(bl[i])
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+// fmtBytes renders a byte count in binary units ("1.21 GiB").
+func fmtBytes(b float64) string {
+	const k = 1024.0
+	switch {
+	case b >= k*k*k:
+		return fmt.Sprintf("%.2f GiB", b/(k*k*k))
+	case b >= k*k:
+		return fmt.Sprintf("%.1f MiB", b/(k*k))
+	case b >= k:
+		return fmt.Sprintf("%.0f KiB", b/k)
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// fmtDur is sessions.FormatDuration, named short for the many call sites.
+func fmtDur(d time.Duration) string { return sessions.FormatDuration(d) }
+
+// fmtMS renders milliseconds for tables; zero (not observed) is "—".
+func fmtMS(v float64) string {
+	switch {
+	case v == 0:
+		return "—"
+	case v < 10:
+		return fmt.Sprintf("%.2f", v)
+	case v < 100:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// pct renders a fraction as a percentage.
+func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+
+// padRight pads (or truncates) a plain string to n cells.
+func padRight(s string, n int) string { return fit(s, n) }
+
+// padLeft right-aligns a plain string in n cells.
+func padLeft(s string, n int) string {
+	w := ansi.StringWidth(s)
+	if w >= n {
+		return fit(s, n)
+	}
+	return strings.Repeat(" ", n-w) + s
+}
+
+// widthOf is the display width of s, ANSI sequences excluded.
+func widthOf(s string) int { return ansi.StringWidth(s) }

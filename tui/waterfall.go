@@ -1,0 +1,265 @@
+package tui
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// waterfallPane draws the selected run's cold start: one bar per stage on a
+// shared time axis, so overlapping stages (CUDA init beside the weight read)
+// show as overlapping bars, plus a row for the unattributed gaps.
+type waterfallPane struct{}
+
+func (waterfallPane) title() string { return "Cold start" }
+
+const wfNameW = 23 // "▶ " + the longest stage name (decoder_tensor_upload)
+
+func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
+	t := c.theme
+	r, ok := st.run(c.runSel)
+	if !ok || len(r.Spans) == 0 && r.ColdTotal() == 0 {
+		return []string{t.render(t.dim, "no stages yet — waiting for the target to start")}
+	}
+	a := r.Attribution
+	lines := make([]string, 0, h)
+	end := map[string]string{
+		sessions.ColdEndFirstToken: "start → cold first token",
+		sessions.ColdEndHealthy:    "start → healthy",
+		sessions.ColdEndLastStage:  "start → last stage so far",
+	}[r.ColdEndKind]
+	head := fmt.Sprintf("cold %s (%s) · unattributed %s (%s)",
+		fmtDur(a.Total), end, fmtDur(a.Unattributed), pct(a.UnattributedShare()))
+	if w >= 100 {
+		head += " · attributed " + fmtDur(a.Attributed)
+	}
+	var domLine string
+	if a.Dominant != "" {
+		// "Top stage" is the attribution's dominant stage (most time no
+		// other stage covers); the diagnosis pane weighs the evidence and
+		// may name a different cold term.
+		dom := "top stage: " + string(a.Dominant)
+		if s, ok := a.Stage(a.Dominant); ok {
+			dom += fmt.Sprintf(" — %s exclusive; %s, %s of the cold total", fmtDur(s.Exclusive), fmtDur(s.Duration), pct(s.Share))
+		} else if a.Dominant == trace.StageUnattributed {
+			dom += " — gaps no stage covers; the server does not log that part"
+		}
+		domLine = t.render(t.barDominant, dom)
+	}
+	// Columns: name, bar, duration, share.
+	const durW, shareW = 9, 4
+	bw := w - wfNameW - 1 - 1 - durW - 1 - shareW
+	showBar := bw >= 10
+	if !showBar {
+		bw = 0
+	}
+	var axisLines []string
+	if showBar {
+		lab, ax := axis(a.Window, bw)
+		pre := strings.Repeat(" ", wfNameW+1)
+		axisLines = []string{pre + t.render(t.axis, lab), pre + t.render(t.axis, ax)}
+	}
+	open := map[trace.Stage]bool{}
+	for _, sp := range r.Spans {
+		if sp.Open {
+			open[sp.Name] = true
+		}
+	}
+	var rows []string
+	for _, s := range a.Stages {
+		dom := s.Name == a.Dominant
+		mark, nameSt, barSt := "  ", t.dim, t.bar
+		if dom {
+			mark, nameSt, barSt = "▶ ", t.barDominant, t.barDominant
+		}
+		if open[s.Name] {
+			barSt = t.barOpen
+		}
+		name := padRight(mark+string(s.Name), wfNameW)
+		dur := fmtDur(s.Duration)
+		if open[s.Name] {
+			dur += "…"
+		}
+		line := t.render(nameSt, name) + " "
+		if showBar {
+			line += t.render(barSt, stageBar(r.Spans, s.Name, a.Window, bw, open[s.Name])) + " "
+		}
+		rows = append(rows, line+padLeft(dur, durW)+" "+padLeft(pct(s.Share), shareW))
+	}
+	gap := t.render(t.gap, padRight("  "+string(trace.StageUnattributed), wfNameW)) + " "
+	if showBar {
+		gap += t.render(t.gap, gapBar(a.Gaps, a.Window, bw)) + " "
+	}
+	gap += padLeft(fmtDur(a.Unattributed), durW) + " " + padLeft(pct(a.UnattributedShare()), shareW)
+	var path string
+	if len(a.CriticalPath) > 0 {
+		var names []string
+		for _, p := range a.CriticalPath {
+			if n := len(names); n == 0 || names[n-1] != string(p.Name) {
+				names = append(names, string(p.Name))
+			}
+		}
+		path = t.render(t.dim, "critical path: "+strings.Join(names, " → "))
+	}
+
+	// What must fit: the headline, the stage rows and the unattributed
+	// row; then, as room allows, the axis, the dominant line (the header
+	// also names it) and the critical path.
+	room := h - 2
+	if len(axisLines) > 0 && room-len(rows) >= 2 {
+		room -= 2
+	} else {
+		axisLines = nil
+	}
+	if domLine != "" && room-len(rows) >= 1 {
+		room--
+	} else {
+		domLine = ""
+	}
+	if len(rows) > room {
+		keep := max(room-1, 0)
+		more := t.render(t.dim, fmt.Sprintf("  … %d more stages (z zooms)", len(rows)-keep))
+		rows = append(rows[:keep:keep], more)
+	}
+	lines = append(lines, t.render(t.title, head))
+	if domLine != "" {
+		lines = append(lines, domLine)
+	}
+	lines = append(lines, axisLines...)
+	lines = append(lines, rows...)
+	lines = append(lines, gap)
+	if path != "" && len(lines) < h {
+		lines = append(lines, path)
+	}
+	return lines
+}
+
+// col maps an offset to a bar column in [0, bw].
+func col(at time.Duration, win trace.Interval, bw int) float64 {
+	tot := win.Duration()
+	if tot <= 0 {
+		return 0
+	}
+	return float64(at-win.Start) / float64(tot) * float64(bw)
+}
+
+// paint marks the cells an interval covers; any interval gets at least
+// one cell so a 2 ms stage is still visible on a 20 s axis.
+func paint(cells []bool, iv trace.Interval, win trace.Interval) {
+	bw := len(cells)
+	iv = iv.Clip(win)
+	a := int(math.Floor(col(iv.Start, win, bw)))
+	b := int(math.Ceil(col(iv.End, win, bw)))
+	if b <= a {
+		b = a + 1
+	}
+	for i := max(a, 0); i < b && i < bw; i++ {
+		cells[i] = true
+	}
+}
+
+func stageBar(spans []trace.Span, name trace.Stage, win trace.Interval, bw int, open bool) string {
+	cells := make([]bool, bw)
+	last := -1
+	for _, sp := range spans {
+		if sp.Name == name {
+			paint(cells, sp.Interval(), win)
+		}
+	}
+	for i, c := range cells {
+		if c {
+			last = i
+		}
+	}
+	var b strings.Builder
+	for i, c := range cells {
+		switch {
+		case c && open && i == last:
+			b.WriteString("▶") // still running: the bar grows from here
+		case c:
+			b.WriteString("█")
+		default:
+			b.WriteString("·")
+		}
+	}
+	return b.String()
+}
+
+func gapBar(gaps []trace.Interval, win trace.Interval, bw int) string {
+	cells := make([]bool, bw)
+	for _, g := range gaps {
+		paint(cells, g, win)
+	}
+	var b strings.Builder
+	for _, c := range cells {
+		if c {
+			b.WriteString("░")
+		} else {
+			b.WriteString(" ")
+		}
+	}
+	return b.String()
+}
+
+// axis returns a label line and a tick line for the window over bw cells,
+// with ticks at a 1-2-5 step that leaves room for the labels.
+func axis(win trace.Interval, bw int) (string, string) {
+	tot := win.Duration()
+	if tot <= 0 || bw < 10 {
+		return "", strings.Repeat("─", max(bw, 0))
+	}
+	maxTicks := max(bw/9, 1)
+	raw := float64(tot) / float64(maxTicks)
+	step := time.Duration(niceStep(raw))
+	labels := []rune(strings.Repeat(" ", bw+8))
+	ticks := []rune(strings.Repeat("─", bw))
+	for k := 0; ; k++ {
+		at := time.Duration(k) * step
+		if at > tot {
+			break
+		}
+		c := int(math.Round(col(win.Start+at, win, bw)))
+		if c >= bw {
+			c = bw - 1
+		}
+		ticks[c] = '┬'
+		lab := []rune(fmtAxis(at, step))
+		if c+len(lab) <= bw {
+			copy(labels[c:], lab)
+		}
+	}
+	return strings.TrimRight(string(labels), " "), string(ticks)
+}
+
+// niceStep rounds x up to 1, 2 or 5 times a power of ten.
+func niceStep(x float64) float64 {
+	if x <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= x {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func fmtAxis(at, step time.Duration) string {
+	switch {
+	case at == 0:
+		return "0"
+	case step >= time.Second:
+		return fmt.Sprintf("%gs", at.Seconds())
+	case step >= time.Millisecond:
+		if at >= time.Second {
+			return fmt.Sprintf("%gs", at.Seconds())
+		}
+		return fmt.Sprintf("%dms", at/time.Millisecond)
+	}
+	return fmt.Sprintf("%dµs", at/time.Microsecond)
+}
