@@ -130,6 +130,9 @@ type RunFacts struct {
 	RSSFirstReq    float64 `json:"rss_first_request_bytes"`
 	PCIeRXMax      float64 `json:"pcie_rx_max_bytes_per_s"`
 	HaveGPU        bool    `json:"have_gpu"`
+	// UntimedLog is true for an imported log none of whose lines carried a
+	// timestamp.
+	UntimedLog bool `json:"untimed_log,omitempty"`
 }
 
 type hypothesisDef struct{ code, title, knob string }
@@ -190,10 +193,26 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 
 	// A and B share the loading term: where the weights came from decides.
 	loadTerm := dur(trace.StagePageCache)
-	uploadTerm := dur(trace.StageDecoderTensorUpload, trace.StageModelLoad)
+	uploadTerm := dur(trace.StageDecoderTensorUpload)
+	// model_load is a server's own total; stages it contains (KV sizing,
+	// CUDA init inside "llama runner started in …") are counted by their
+	// own rows, so only the time it alone covers is loading.
+	if s, ok := a.Stage(trace.StageModelLoad); ok {
+		uploadTerm += s.Exclusive
+	}
+	// A download inside the load (a server fetching weights from a hub) is
+	// the strongest evidence that the bytes were not in RAM: they were not
+	// even on disk.
+	var downloadS float64
+	for _, sp := range run.Spans {
+		if v, ok := sp.Attrs.Float("download_s"); ok {
+			downloadS += v
+		}
+	}
 	residencyKnown := f.ResidentBefore >= 0
 	ioKnown := f.IOReadBytes >= 0 && f.WeightBytes > 0
-	coldCache := residencyKnown && f.ResidentBefore < ColdResidency ||
+	coldCache := downloadS > 0 && toMS(loadTerm+uploadTerm) > 0 && downloadS*1000 >= 0.5*toMS(loadTerm+uploadTerm) ||
+		residencyKnown && f.ResidentBefore < ColdResidency ||
 		!residencyKnown && ioKnown && f.IOReadBytes >= IOReadMatchesWeights*f.WeightBytes
 	warmCache := residencyKnown && f.ResidentBefore >= WarmResidency ||
 		!residencyKnown && ioKnown && f.IOReadBytes < 0.1*f.WeightBytes
@@ -207,6 +226,9 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	}
 	if ioKnown {
 		A.Evidence = append(A.Evidence, Evidence{"IO read in cold window", fmt.Sprintf("%s of %s weights", gb(f.IOReadBytes), gb(f.WeightBytes))})
+	}
+	if downloadS > 0 {
+		A.Evidence = append(A.Evidence, Evidence{"weights downloaded during load", fmt.Sprintf("%.1f s", downloadS)})
 	}
 	if f.CachedRise > 0 {
 		A.Evidence = append(A.Evidence, Evidence{"page cache grew", gb(f.CachedRise)})
@@ -315,12 +337,24 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 			best = h
 		}
 	}
+	// An undecided loading term (A or B, residency unknown) larger than
+	// every decided term forbids calling any of them dominant.
+	undecided := 0.0
+	if !coldCache && !warmCache && total > 0 {
+		undecided = float64(loadTerm+uploadTerm) / total
+	}
+	if undecided > best.Score {
+		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
+		A.Evidence = append(A.Evidence, Evidence{"undecided", note})
+		B.Evidence = append(B.Evidence, Evidence{"undecided", note})
+		best = nil
+	}
 	for _, code := range []string{"A", "B", "C", "D", "E"} {
 		h := rows[code]
 		switch {
 		case len(h.Missing) > 0 && h.TermMS == 0:
 			h.Verdict = VerdictInsufficient
-		case h == best && h.Score >= DominantShare:
+		case best != nil && h == best && h.Score >= DominantShare:
 			h.Verdict = VerdictDominant
 			d.Dominant = h.Code
 		case h.Score >= ContributesShare:
@@ -328,6 +362,14 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		default:
 			h.Verdict = VerdictRuledOut
 		}
+	}
+	if f.UntimedLog {
+		// Durations placed by line count are not evidence of time spent.
+		for _, code := range []string{"A", "B", "C", "D", "E"} {
+			rows[code].Verdict = VerdictInsufficient
+			rows[code].Missing = append(rows[code].Missing, "timestamps in the log (its durations count lines, not time)")
+		}
+		d.Dominant = ""
 	}
 	if total <= 0 {
 		for _, code := range []string{"A", "B", "C", "D", "E"} {
@@ -474,6 +516,10 @@ func collectFacts(events []trace.Event, run Run) RunFacts {
 			switch m.Name {
 			case trace.MarkerEvicted:
 				f.Evicted = true
+			case trace.MarkerLogClock:
+				if n, ok := m.Attrs.Float("timed_lines"); ok && n == 0 {
+					f.UntimedLog = true
+				}
 			case trace.MarkerResidency:
 				res, ok1 := m.Attrs.Float("resident_bytes")
 				tot, ok2 := m.Attrs.Float("total_bytes")

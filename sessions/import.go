@@ -117,7 +117,12 @@ func Import(r io.Reader, opts ImportOptions) (*Session, error) {
 			Marker: &trace.Marker{Name: trace.MarkerHealthy, Attrs: trace.Attrs{"source": "log"}}})
 	}
 	trace.SortEvents(evs)
-	evs = append([]trace.Event{{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(kind)}}}, evs...)
+	// The log's clock quality travels with the events, so the diagnosis
+	// can refuse to weigh durations that only count lines.
+	evs = append([]trace.Event{
+		{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(kind)}},
+		{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock, Attrs: trace.Attrs{"timed_lines": float64(timed), "lines": float64(len(lines))}}},
+	}, evs...)
 
 	h := NewHeader(opts.ToolVersion, start.Add(-shift), Target{Kind: TargetImport, ServerKind: string(kind)})
 	h.Notes = map[string]string{"source": opts.Source, "lines": fmt.Sprint(len(lines))}

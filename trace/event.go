@@ -292,6 +292,9 @@ const (
 	// MarkerReplayReset tells consumers of a replay to forget everything:
 	// the replay seeked backwards and starts again from offset zero.
 	MarkerReplayReset = "replay_reset"
+	// MarkerLogClock records how many lines of an imported log carried
+	// their own timestamp (attrs timed_lines, lines).
+	MarkerLogClock = "log_clock"
 )
 
 // Marker is a named instant with attributes.
