@@ -300,16 +300,12 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		}
 	}
 
-	// E: process start, runtime init, and any leading gap before the first
-	// stage that touches the model or device.
+	// E: process start and runtime init (imports, interpreter, config).
+	// A silent start is not guessed into E: live runs get process_start
+	// (spawn → first output) from the launcher, and time no stage covers
+	// stays unattributed.
 	E := rows["E"]
-	initTerm := dur(trace.StageProcessStart, trace.StageRuntimeInit)
-	if len(a.Gaps) > 0 && a.Gaps[0].Start == a.Window.Start {
-		lead := a.Gaps[0].Duration()
-		initTerm += lead
-		E.Evidence = append(E.Evidence, Evidence{"before the first stage", FormatDuration(lead)})
-	}
-	E.TermMS = toMS(initTerm)
+	E.TermMS = toMS(dur(trace.StageProcessStart, trace.StageRuntimeInit))
 	for _, n := range []trace.Stage{trace.StageProcessStart, trace.StageRuntimeInit} {
 		if t := dur(n); t > 0 {
 			E.Evidence = append(E.Evidence, Evidence{string(n), FormatDuration(t)})
@@ -343,7 +339,14 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	if !coldCache && !warmCache && total > 0 {
 		undecided = float64(loadTerm+uploadTerm) / total
 	}
-	if undecided > best.Score {
+	if un := a.UnattributedShare(); un > best.Score && (undecided == 0 || un > undecided) {
+		// More of the cold start is unexplained than any term explains.
+		note := fmt.Sprintf("%.0f%% of the cold start is covered by no stage", 100*un)
+		for _, code := range []string{"A", "B", "C", "D", "E"} {
+			rows[code].Evidence = append(rows[code].Evidence, Evidence{"unattributed", note})
+		}
+		best = nil
+	} else if undecided > best.Score {
 		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
 		A.Evidence = append(A.Evidence, Evidence{"undecided", note})
 		B.Evidence = append(B.Evidence, Evidence{"undecided", note})

@@ -23,7 +23,7 @@ var fixtureVerdicts = map[string]string{
 	"tgi/v2.0.x-image-2025-mistral-7b-g5-a10g-hyperpod.log":                                 "",
 	"tgi/v3.3.x-gemma3-27b-tp2-rtxa6000.log":                                                "",
 	"vllm/series-upb-h100nvl-opt6.7b/v0.11.0-v1-debug.log":                                  "C",
-	"vllm/series-upb-h100nvl-opt6.7b/v0.3.1.log":                                            "E",
+	"vllm/series-upb-h100nvl-opt6.7b/v0.3.1.log":                                            "",
 	"vllm/series-upb-h100nvl-opt6.7b/v0.4.0.log":                                            "",
 	"vllm/series-upb-h100nvl-opt6.7b/v0.5.0.log":                                            "C",
 	"vllm/series-upb-h100nvl-opt6.7b/v0.6.0.log":                                            "C",
