@@ -29,15 +29,21 @@ cuMemHostRegister and cuMemHostAlloc cost, and device copy bandwidth.`,
   treni-top doctor --floors --floor-bytes 1073741824`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r := cuda.Doctor()
 			out := cmd.OutOrStdout()
+			// Floors first: cuInit is only measurable as the process's
+			// first CUDA call, and Doctor initialises the driver.
 			var fl *cuda.Floors
-			if floors && r.Usable {
+			var floorErr error
+			if floors {
 				f, err := cuda.MeasureFloors(cmd.Context(), floorBytes)
-				if err != nil {
-					return withExit(2, fmt.Errorf("measure floors: %w", err))
+				if err == nil {
+					fl = &f
 				}
-				fl = &f
+				floorErr = err
+			}
+			r := cuda.Doctor()
+			if floors && r.Usable && floorErr != nil {
+				return withExit(2, fmt.Errorf("measure floors: %w", floorErr))
 			}
 			if asJSON {
 				b, _ := json.MarshalIndent(struct {
