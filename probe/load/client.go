@@ -1,0 +1,440 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/treni-top/treni-top/probe/prober"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Why not prober.Client: the prober is built for a handful of carefully
+// timed requests and keeps everything a person might want to look at — it
+// decodes every chunk with encoding/json, accumulates the generated text,
+// copies each event's data and emits a live event at the first token, and
+// its transport keeps at most 64 idle connections to the host. At 1,000
+// concurrent streams and 100,000 chunks a second on two cores those costs
+// are a large share of a core taken from the server under test. This client
+// shares the prober's request format (prober.Template.Body), endpoints,
+// error kinds and TTFT/ITL definitions, but reads the stream with a
+// zero-allocation chunk walker (chunk.go) and allocates nothing per token
+// beyond the timestamp slice, which is sized up front from max_tokens.
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// BaseURL is the server, e.g. http://127.0.0.1:8000 (no path).
+	BaseURL string
+	// Endpoint is prober.Chat (default) or prober.Completions.
+	Endpoint prober.Endpoint
+	Model    string
+	// MaxConns bounds connections to the server; it should be at least
+	// the concurrency (0: 1024).
+	MaxConns int
+	// Timeout bounds one request, stream included (0: none beyond the
+	// context).
+	Timeout time.Duration
+	// Header is added to every request (Authorization…).
+	Header http.Header
+	// Extra fields are merged into every request body (ignore_eos…).
+	Extra map[string]any
+	// NoUsage leaves out stream_options.include_usage for servers that
+	// reject it; output counts then come from counting chunks.
+	NoUsage bool
+}
+
+// Client sends streaming completion requests and times them. It is safe
+// for concurrent use.
+type Client struct {
+	cfg   ClientConfig
+	http  *http.Client
+	tr    *http.Transport
+	clock trace.Clock
+}
+
+// NewClient checks cfg and returns a client that timestamps with clock.
+func NewClient(cfg ClientConfig, clock trace.Clock) (*Client, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", cfg.BaseURL)
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	switch cfg.Endpoint {
+	case "":
+		cfg.Endpoint = prober.Chat
+	case prober.Chat, prober.Completions:
+	default:
+		return nil, fmt.Errorf("endpoint %q is not supported by bench; use chat or completions", cfg.Endpoint)
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 1024
+	}
+	tr := &http.Transport{
+		Proxy:       http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// Compression would make the transport buffer the stream.
+		DisableCompression:  true,
+		MaxConnsPerHost:     cfg.MaxConns,
+		MaxIdleConns:        cfg.MaxConns,
+		MaxIdleConnsPerHost: cfg.MaxConns,
+		IdleConnTimeout:     90 * time.Second,
+		ReadBufferSize:      32 << 10,
+		WriteBufferSize:     32 << 10,
+	}
+	return &Client{cfg: cfg, tr: tr, http: &http.Client{Transport: tr}, clock: clock}, nil
+}
+
+// Config is the client's configuration, defaults filled.
+func (c *Client) Config() ClientConfig { return c.cfg }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// template is the prober's description of one request.
+func (c *Client) template(prompt string, maxTokens int) prober.Template {
+	return prober.Template{
+		BaseURL: c.cfg.BaseURL, Endpoint: c.cfg.Endpoint, Model: c.cfg.Model,
+		Prompt: prompt, MaxTokens: maxTokens, NoUsage: c.cfg.NoUsage, Extra: c.cfg.Extra,
+	}
+}
+
+// Do sends one request and reads its stream to the end. It never returns an
+// error: what went wrong is in Request.Error and Request.ErrorKind (the
+// prober's kinds), and what was timed before that is kept. p, when not nil,
+// is told about the first token, every gap and the end.
+func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.Phase, p *Progress) (r trace.Request) {
+	r = trace.Request{ID: id, Label: label, Phase: phase, Endpoint: string(c.cfg.Endpoint)}
+	r.Tokens = make([]time.Duration, 0, it.MaxTokens+2)
+	defer func() { r.Done = true }()
+	t := c.template(it.Prompt, it.MaxTokens)
+	body, err := t.Body()
+	if err != nil {
+		r.Error, r.ErrorKind = err.Error(), prober.KindMalformed
+		return r
+	}
+	if c.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+	}
+	var firstByte atomic.Int64
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { firstByte.CompareAndSwap(0, int64(c.clock.Now())) },
+	})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
+	if err != nil {
+		r.Error, r.ErrorKind = fmt.Sprintf("bad server URL %q: %v", c.cfg.BaseURL, err), prober.KindConnect
+		return r
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	for k, vs := range c.cfg.Header {
+		for _, v := range vs {
+			hreq.Header.Add(k, v)
+		}
+	}
+	r.Sent = c.clock.Now()
+	resp, err := c.http.Do(hreq)
+	if fb := firstByte.Load(); fb != 0 {
+		r.FirstByte = max(time.Duration(fb)-r.Sent, 1)
+	}
+	if err != nil {
+		r.End = c.since(r.Sent)
+		r.ErrorKind, r.Error = classify(ctx, err, false)
+		return r
+	}
+	defer resp.Body.Close()
+	r.Status = resp.StatusCode
+	if r.FirstByte == 0 {
+		r.FirstByte = c.since(r.Sent)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		r.End = c.since(r.Sent)
+		r.ErrorKind = prober.KindHTTP4xx
+		if resp.StatusCode >= 500 {
+			r.ErrorKind = prober.KindHTTP5xx
+		}
+		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), errorText(b))
+		return r
+	}
+	complete, malformed, err := c.read(resp.Body, &r, p)
+	if r.End == 0 {
+		r.End = c.since(r.Sent)
+	}
+	switch {
+	case r.Error != "":
+		// an error reported inside the stream, already recorded
+	case err != nil:
+		r.ErrorKind, r.Error = classify(ctx, err, true)
+	case !complete:
+		r.ErrorKind = prober.KindClosedEarly
+		r.Error = fmt.Sprintf("the server closed the stream after %d token chunks without its end marker (crashed or restarted?)", len(r.Tokens))
+	case malformed > 0:
+		r.ErrorKind = prober.KindMalformed
+		r.Error = fmt.Sprintf("%d stream events could not be parsed; the server does not speak the %s protocol as expected", malformed, c.cfg.Endpoint)
+	}
+	return r
+}
+
+func (c *Client) since(sent time.Duration) time.Duration { return max(c.clock.Now()-sent, 1) }
+
+// maxEvent bounds one SSE event, so that a server that never sends a
+// newline cannot make the client buffer without limit.
+const maxEvent = 8 << 20
+
+// read consumes the event stream. The timestamp of an event is taken when
+// its first data line is read, the moment its bytes are seen.
+func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress) (complete bool, malformed int, err error) {
+	br := bufio.NewReaderSize(body, 16<<10)
+	var (
+		ev        []byte // the pending event's data
+		evAt      time.Duration
+		has       bool
+		errType   bool
+		long      []byte // a line longer than the buffer
+		finished  bool
+		lastUsage int
+		cont      bool // per-chunk usage (vLLM continuous_usage_stats)
+		ch        chunk
+	)
+	dispatch := func() (stop bool) {
+		has = false
+		if r.FirstEvent == 0 {
+			r.FirstEvent = evAt
+		}
+		data := bytes.TrimSpace(ev)
+		if string(data) == "[DONE]" {
+			complete = true
+			return true
+		}
+		if errType {
+			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+errorText(data)
+			return true
+		}
+		if len(data) == 0 {
+			return false
+		}
+		if !parseChunk(data, &ch) {
+			malformed++
+			return false
+		}
+		if ch.errored {
+			var v struct {
+				Error json.RawMessage `json:"error"`
+			}
+			_ = json.Unmarshal(data, &v)
+			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+errorText(v.Error)
+			return true
+		}
+		n := ch.tokens
+		finished = finished || ch.finished
+		if ch.usage {
+			if n > 0 && len(r.Tokens) == 0 {
+				cont = true
+			}
+			if cont && n > 0 {
+				if d := ch.completionTokens - lastUsage; d > n {
+					n = d
+				}
+			}
+			lastUsage = ch.completionTokens
+			r.PromptTokens, r.CompletionTokens = ch.promptTokens, ch.completionTokens
+		}
+		if n > 0 {
+			if n > 1 {
+				r.MultiTokenChunks++
+			}
+			if len(r.Tokens) == 0 {
+				r.FirstToken = evAt
+				p.firstToken(evAt)
+			} else {
+				p.gap(evAt - r.Tokens[len(r.Tokens)-1])
+			}
+			r.Tokens = append(r.Tokens, evAt)
+			p.tokens(n)
+		}
+		return false
+	}
+	for {
+		line, rerr := br.ReadSlice('\n')
+		if errors.Is(rerr, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			for errors.Is(rerr, bufio.ErrBufferFull) && len(long) <= maxEvent {
+				line, rerr = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			if len(long) > maxEvent {
+				return false, malformed, errors.New("stream line longer than 8 MiB")
+			}
+			line = long
+		}
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return false, malformed, rerr
+		}
+		if len(line) == 0 && rerr != nil { // EOF
+			if has && dispatch() {
+				break
+			}
+			return finished, malformed, nil
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0:
+			if has && dispatch() {
+				r.End = c.since(r.Sent)
+				drain(br, body)
+				return complete || r.Error != "", malformed, nil
+			}
+			errType = false
+		case line[0] == ':':
+			// a comment (keep-alive)
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := line[5:]
+			if len(v) > 0 && v[0] == ' ' {
+				v = v[1:]
+			}
+			if !has {
+				evAt = c.since(r.Sent)
+				ev = append(ev[:0], v...)
+				has = true
+			} else {
+				ev = append(ev, '\n')
+				ev = append(ev, v...)
+			}
+			if len(ev) > maxEvent {
+				return false, malformed, errors.New("stream event longer than 8 MiB")
+			}
+		case bytes.HasPrefix(line, []byte("event:")):
+			errType = string(bytes.TrimSpace(line[6:])) == "error"
+		}
+		if rerr != nil { // EOF after a last unterminated line
+			if has && dispatch() {
+				break
+			}
+			return finished, malformed, nil
+		}
+	}
+	r.End = c.since(r.Sent)
+	return complete || r.Error != "", malformed, nil
+}
+
+// drain reads what little follows the end marker (the chunked encoding's
+// last chunk), so that the connection can be reused. It gives up after
+// 64 KiB or a second — a server that keeps the response open after [DONE]
+// must not hold the request — and the connection is then closed instead.
+func drain(r io.Reader, body io.Closer) {
+	t := time.AfterFunc(time.Second, func() { body.Close() })
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, 64<<10))
+}
+
+// classify names a transport error, with the prober's kinds. started says
+// whether the response had begun.
+func classify(ctx context.Context, err error, started bool) (kind, msg string) {
+	var ne net.Error
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return prober.KindTimeout, "timed out: " + err.Error() + " (raise --timeout if the server is just slow)"
+	case errors.Is(ctx.Err(), context.Canceled):
+		return prober.KindCanceled, "canceled: " + err.Error()
+	case started, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return prober.KindClosedEarly, "the server closed the connection early: " + err.Error()
+	default:
+		return prober.KindConnect, "cannot reach the server: " + err.Error() + " (is it running and listening on that address?)"
+	}
+}
+
+// errorText extracts a readable message from an error body: OpenAI's
+// {"error":{"message":…}}, {"error":"…"}, {"message":…}, {"detail":…}, or
+// the text itself.
+func errorText(b []byte) string {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	raw := func(m json.RawMessage) string {
+		if len(m) == 0 || string(m) == "null" {
+			return ""
+		}
+		var s string
+		if json.Unmarshal(m, &s) == nil {
+			return s
+		}
+		var o struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(m, &o) == nil && o.Message != "" {
+			return o.Message
+		}
+		return string(m)
+	}
+	if json.Unmarshal(b, &v) == nil {
+		for _, s := range []string{raw(v.Error), v.Message, raw(v.Detail)} {
+			if s != "" {
+				return s
+			}
+		}
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	if s == "" {
+		s = "(empty body)"
+	}
+	return s
+}
+
+// DetectModel asks the server's /v1/models for the model it serves (the
+// first one listed).
+func DetectModel(ctx context.Context, baseURL string, header http.Header) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	u := strings.TrimRight(baseURL, "/") + "/v1/models"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000: %w", baseURL, err)
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("ask %s which model it serves (is the server running? or pass --model): %w", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: HTTP %d: %s (pass --model)", u, resp.StatusCode, errorText(b))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return "", fmt.Errorf("GET %s did not return an OpenAI model list (pass --model): %w", u, err)
+	}
+	for _, m := range list.Data {
+		if m.ID != "" {
+			return m.ID, nil
+		}
+	}
+	return "", fmt.Errorf("GET %s lists no model; pass --model", u)
+}
