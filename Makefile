@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PKGS    := ./...
 
-.PHONY: run build test vet fmt fmt-check bench fuzz clean
+.PHONY: run build test vet fmt fmt-check bench clean e2e-ollama
 
 ## run: the interactive profiler on the built-in engine's demo model
 run: build
@@ -33,6 +33,10 @@ fmt:
 ## bench: every benchmark, five times each (feed the output to benchstat)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
+
+## e2e-ollama: treni-top against Ollama v0.9.6 built from source (not in CI: it builds the peer)
+e2e-ollama:
+	scripts/e2e-ollama.sh
 
 clean:
 	rm -rf bin

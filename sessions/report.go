@@ -14,6 +14,7 @@ import (
 type Report struct {
 	Header    Header      `json:"header"`
 	Runs      []RunReport `json:"runs"`
+	Bench     []BenchRun  `json:"bench,omitempty"`
 	Diagnosis Diagnosis   `json:"diagnosis"`
 	Truncated bool        `json:"truncated,omitempty"`
 }
@@ -50,7 +51,7 @@ type StageRow struct {
 
 // BuildReport computes the report of a session.
 func BuildReport(s *Session) Report {
-	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated}
+	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated, Bench: BenchRuns(s.Events)}
 	for _, run := range s.Runs() {
 		r.Runs = append(r.Runs, buildRunReport(run))
 	}
@@ -135,6 +136,7 @@ func (r Report) Markdown() string {
 	for _, run := range r.Runs {
 		writeRunMarkdown(&b, run, len(r.Runs) > 1)
 	}
+	writeBenchMarkdown(&b, r.Bench)
 	b.WriteString("\n## Diagnosis\n\n")
 	b.WriteString("| | hypothesis | verdict | evidence |\n|---|---|---|---|\n")
 	for _, hy := range r.Diagnosis.Hypotheses {
@@ -157,6 +159,13 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 	title := "Cold start"
 	if numbered {
 		title = fmt.Sprintf("Run %d: cold start", run.Index)
+	}
+	if run.ColdEnd == ColdEndNone {
+		if len(run.Requests.Rows) > 0 && run.Requests.Rows[0].Phase != trace.PhaseBench {
+			fmt.Fprintf(b, "\n## Requests (no cold start: the server was already running)\n")
+			writeRequestsMarkdown(b, run.Requests)
+		}
+		return
 	}
 	end := map[string]string{ColdEndFirstToken: "process start → first token", ColdEndHealthy: "process start → healthy", ColdEndLastStage: "process start → last stage"}[run.ColdEnd]
 	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
@@ -190,7 +199,19 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		}
 		fmt.Fprintf(b, "\nCritical path: %s\n", strings.Join(steps, " → "))
 	}
-	q := run.Requests
+	writeRequestsMarkdown(b, run.Requests)
+}
+
+// writeRequestsMarkdown renders the request table, warm statistics and
+// the cold penalty.
+func writeRequestsMarkdown(b *strings.Builder, q RequestSummary) {
+	var rows []RequestRow
+	for _, r := range q.Rows {
+		if r.Phase != trace.PhaseBench {
+			rows = append(rows, r)
+		}
+	}
+	q.Rows = rows
 	if len(q.Rows) == 0 {
 		return
 	}

@@ -12,6 +12,7 @@ const (
 	ColdEndFirstToken = "first_token" // the cold request's first token (the full cold start)
 	ColdEndHealthy    = "healthy"     // no cold request yet: start → healthy
 	ColdEndLastStage  = "last_stage"  // neither: start → end of the last stage
+	ColdEndNone       = "none"        // nothing was launched (attach, bench): no cold window
 )
 
 // Run is one cold start of a target within a session and everything that
@@ -148,6 +149,16 @@ func Analyze(events []trace.Event) []Run {
 		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
 			continue
 		}
+		if !launched(r, a.hasStart) {
+			// Requests against a server someone else started: there is
+			// no cold start to decompose.
+			r.ColdEndKind = ColdEndNone
+			if len(r.Requests) > 0 {
+				r.Start, r.ColdEnd = r.Requests[0].Sent, r.Requests[0].Sent
+			}
+			runs = append(runs, r)
+			continue
+		}
 		r.ColdEnd, r.ColdEndKind = coldEnd(r, a.lastAt)
 		spans := r.Spans
 		if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 && !hasStage(spans, trace.StageFirstRequest) {
@@ -160,6 +171,20 @@ func Analyze(events []trace.Event) []Run {
 		runs = append(runs, r)
 	}
 	return runs
+}
+
+// launched reports whether the run saw a launch: stages, or a process
+// start or run_start marker (hasStart), and not only requests.
+func launched(r Run, hasStart bool) bool {
+	if len(r.Spans) > 0 {
+		return true
+	}
+	for _, q := range r.Requests {
+		if q.Phase == trace.PhaseCold {
+			return true
+		}
+	}
+	return hasStart && len(r.Requests) == 0
 }
 
 type spanKey struct {

@@ -484,3 +484,34 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+func TestBenchSessionHasNoColdStart(t *testing.T) {
+	var evs []trace.Event
+	evs = append(evs, trace.Event{At: 10 * ms, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchStart, Attrs: trace.Attrs{"workload": "baseline", "run": 1.0, "warmup": false}}})
+	for i := 0; i < 4; i++ {
+		sent := time.Duration(20+i*100) * ms
+		evs = append(evs, trace.Event{At: sent + 90*ms, Kind: trace.KindRequest, Request: &trace.Request{ID: strconv.Itoa(i), Phase: trace.PhaseBench, Sent: sent,
+			FirstToken: 30 * ms, Tokens: []time.Duration{30 * ms, 60 * ms, 90 * ms}, End: 90 * ms, CompletionTokens: 3, Done: true}})
+	}
+	evs = append(evs, trace.Event{At: 420 * ms, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchEnd, Attrs: trace.Attrs{"workload": "baseline"}}})
+	s, err := Open(writeSession(t, t.TempDir(), "bench.jsonl", evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := s.Runs()
+	if len(runs) != 1 || runs[0].ColdEndKind != ColdEndNone {
+		t.Fatalf("runs %+v", runs)
+	}
+	br := BenchRuns(s.Events)
+	if len(br) != 1 || br[0].Requests != 4 || br[0].TTFT.Median != 30 || br[0].ITL.Median != 30 {
+		t.Fatalf("bench runs %+v", br)
+	}
+	// 12 tokens from 10 ms to the last end at 410 ms: 30 tok/s.
+	if br[0].OutputTokPerS < 29.9 || br[0].OutputTokPerS > 30.1 {
+		t.Fatalf("throughput %v", br[0].OutputTokPerS)
+	}
+	md := BuildReport(s).Markdown()
+	if strings.Contains(md, "Cold start") || !strings.Contains(md, "Load runs") || !strings.Contains(md, "baseline #1") {
+		t.Fatalf("bench report:\n%s", md)
+	}
+}

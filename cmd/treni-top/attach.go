@@ -1,14 +1,100 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/engine/launch"
+	"github.com/treni-top/treni-top/probe/runner"
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// attachOptions are attach's flags.
+type attachOptions struct {
+	liveOptions
+	pid  int
+	kind string
+}
 
 func newAttachCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "attach URL",
-		Short:   "Profile a running server: samplers and warm probes, no cold stages",
-		Example: "  treni-top attach http://127.0.0.1:8000 --pid 4242",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top attach'", "issue 5 (attach)")
+	o := &attachOptions{}
+	cmd := &cobra.Command{
+		Use:   "attach URL",
+		Short: "Profile a running server: samplers and warm probes, no cold stages",
+		Long: `attach profiles a server that is already running: it waits for its health
+endpoint, sends the warm-up and warm requests, samples the process tree given
+by --pid (RSS, CPU, GPU memory) and the GPUs, and records a session. There are
+no cold stages: the server started before treni-top looked. Quitting stops
+watching; the server keeps running.`,
+		Example: `  treni-top attach http://127.0.0.1:8000 --pid 4242
+  treni-top attach http://127.0.0.1:11434 --headless --request-model qwen2:0.5b`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
+	cmd.Flags().IntVar(&o.pid, "pid", 0, "the server's main process id, for the process and GPU memory samplers")
+	cmd.Flags().StringVar(&o.kind, "kind", "", "server kind (ollama changes the health path); default: guessed")
+	addLiveFlags(cmd, &o.liveOptions)
+	return cmd
+}
+
+func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr io.Writer) error {
+	if err := o.check(); err != nil {
+		return withExit(2, err)
+	}
+	if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
+		return withExit(2, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", rawURL))
+	}
+	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: o.kind}
+	gpus, device := gpuHeader()
+	clock := trace.NewClock()
+	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
+		Kind: sessions.TargetAttach, ServerKind: o.kind, URL: rawURL, Model: o.reqModel, Device: device,
+	})
+	h.GPUs = gpus
+	headless := o.headless || !interactive()
+	if !o.headless && headless {
+		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
+	}
+	o.headless = headless
+	var progress io.Writer
+	if headless {
+		progress = stderr
+	}
+	s, err := startSession(&o.liveOptions, h, clock, "attach", progress)
+	if err != nil {
+		return withExit(2, err)
+	}
+	pr := newProber(&o.liveOptions, s.bus, clock)
+	defer pr.Close()
+	samplers := runner.NewSamplers(nil)
+	defer samplers.Close()
+	r, err := runner.New(runner.Config{
+		Sink:  s.bus,
+		Clock: clock,
+		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
+			return launch.Attach(ctx, spec, s.bus, clock, run)
+		}),
+		Prober:            pr,
+		Samplers:          samplers.Build,
+		Attached:          true,
+		Warmup:            o.warmup,
+		Repeat:            o.repeat,
+		HealthTimeout:     o.timeout,
+		Grace:             o.grace,
+		ExitAfterSequence: headless && !o.keepRunning,
+		Save:              s.save,
+	})
+	if err != nil {
+		s.finish()
+		return withExit(2, err)
+	}
+	samplers.Emit(s.bus, clock)
+	return drive(ctx, &o.liveOptions, r, s, stdout, stderr)
 }

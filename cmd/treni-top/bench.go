@@ -1,14 +1,299 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/probe/load"
+	"github.com/treni-top/treni-top/probe/prober"
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// benchOptions are bench's flags.
+type benchOptions struct {
+	url, model, endpoint   string
+	workload, workloadFile string
+	numRequests            int
+	promptTokens           int
+	maxTokens              int
+	concurrency            int
+	qps                    []float64
+	seed                   uint64
+	warmup, repeat         int
+	sloTTFT, sloTPOT       float64
+	sloE2E                 float64
+	json                   bool
+	record                 string
+	noRecord               bool
+	timeout                time.Duration
+	ignoreEOS              bool
+	noUsage                bool
+	apiKey                 string
+	quiet                  bool
+}
 
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "bench --url URL",
-		Short:   "Run serving workloads against an OpenAI-compatible server",
-		Example: "  treni-top bench --url http://127.0.0.1:8000 --workload baseline",
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench --url URL",
+		Short: "Run serving workloads against an OpenAI-compatible server",
+		Long: `bench sends load to an OpenAI-compatible server and measures output tok/s,
+req/s, TTFT, TTFB, ITL, TPOT and E2E (p50/p90/p95/p99), errors by kind and
+goodput against optional SLOs.
+
+Workloads (--workload, default baseline; "all" runs the five in order) are the
+serving benchmark log's: baseline (10 requests, 256-token prompts, 256 out,
+sequential), continuous_batching (32, [64,512], [64,256], uniform 4 RPS),
+paged_attention (48, [128,384], [128,256], one burst), chunked_prefill (48,
+75% [1024,2048] + 25% [64,128], [64,256], Poisson 6 RPS), prefix_caching (48,
+1024 shared + [32,128], 256, uniform 8 RPS). Prompts are English prose from an
+embedded corpus at ~4 characters per token; token counts come from the
+server's usage. --num-requests/--prompt-tokens/--max-tokens define a custom
+workload, --qps a Poisson sweep (input 1024 / output 128 by default),
+--workload-file custom workloads (docs/BENCH_SCHEMA.md).
+
+Every request is recorded in a session (report, replay and diff work on it);
+the report is printed as Markdown, or as JSON (schema treni-top-bench/1)
+with --json.`,
+		Example: `  treni-top bench --url http://127.0.0.1:8000 --workload baseline
+  treni-top bench --url http://127.0.0.1:8000 --workload all --warmup-runs 1 --repeat-runs 3
+  treni-top bench --url http://127.0.0.1:8000 --qps 1,2,4,8 --slo-ttft-ms 500 --slo-tpot-ms 50 --json
+  treni-top bench --url http://127.0.0.1:8000 --num-requests 64 --prompt-tokens 512 --max-tokens 128 --concurrency 8`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top bench'", "issue 8 (bench)")
+			return o.run(cmd, cmd.Flags().Changed("workload"))
 		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.url, "url", "", "the server's base URL, e.g. http://127.0.0.1:8000 (required)")
+	f.StringVar(&o.model, "model", "", "model name to request (default: the first one /v1/models lists)")
+	f.StringVar(&o.endpoint, "endpoint", "chat", "API: chat (/v1/chat/completions) or completions (/v1/completions)")
+	f.StringVar(&o.workload, "workload", "baseline", "workload: "+strings.Join(load.BuiltinNames(), ", ")+", or all")
+	f.StringVar(&o.workloadFile, "workload-file", "", "JSON file of custom workloads (docs/BENCH_SCHEMA.md)")
+	f.IntVar(&o.numRequests, "num-requests", 0, "custom workload: number of requests (with --qps: per QPS level)")
+	f.IntVar(&o.promptTokens, "prompt-tokens", 0, "custom workload: prompt length in tokens (~4 chars each; --qps default 1024)")
+	f.IntVar(&o.maxTokens, "max-tokens", 0, "custom workload: max_tokens (--qps default 128)")
+	f.IntVar(&o.concurrency, "concurrency", 0, "cap on requests in flight (0: no cap)")
+	f.Float64SliceVar(&o.qps, "qps", nil, "QPS sweep: Poisson arrival rates, e.g. 1,2,4,8")
+	f.Uint64Var(&o.seed, "seed", load.DefaultSeed, "seed for prompts, lengths and arrivals")
+	f.IntVar(&o.warmup, "warmup-runs", 0, "runs of each workload before measuring, not counted")
+	f.IntVar(&o.repeat, "repeat-runs", 1, "measured runs of each workload (min/median/max across them)")
+	f.Float64Var(&o.sloTTFT, "slo-ttft-ms", 0, "goodput SLO: TTFT at most this many ms")
+	f.Float64Var(&o.sloTPOT, "slo-tpot-ms", 0, "goodput SLO: TPOT at most this many ms")
+	f.Float64Var(&o.sloE2E, "slo-e2e-ms", 0, "goodput SLO: E2E latency at most this many ms")
+	f.BoolVar(&o.json, "json", false, "print the report as JSON (schema treni-top-bench/1) instead of Markdown")
+	f.StringVar(&o.record, "record", "", "session file to write (default: a new file under the user's data directory)")
+	f.BoolVar(&o.noRecord, "no-record", false, "do not record a session file")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit for one request, stream included")
+	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "send ignore_eos (vLLM, SGLang) so every request generates max_tokens")
+	f.BoolVar(&o.noUsage, "no-usage", false, "do not ask for stream usage (for servers that reject stream_options)")
+	f.StringVar(&o.apiKey, "api-key", "", "bearer token sent as Authorization, for servers that require one")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	return cmd
+}
+
+// plan turns the flags into the workloads to run.
+func (o *benchOptions) plan(workloadSet bool) (load.Plan, error) {
+	p := load.Plan{Seed: o.seed, WarmupRuns: o.warmup, RepeatRuns: o.repeat, Concurrency: o.concurrency,
+		SLO: load.SLO{TTFTms: o.sloTTFT, TPOTms: o.sloTPOT, E2Ems: o.sloE2E}}
+	custom := o.numRequests != 0 || o.promptTokens != 0 || o.maxTokens != 0
+	modes := 0
+	for _, on := range []bool{workloadSet, o.workloadFile != "", len(o.qps) > 0, custom && len(o.qps) == 0} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return p, errors.New("give one of --workload, --workload-file, --qps or --num-requests/--prompt-tokens/--max-tokens")
+	}
+	switch {
+	case len(o.qps) > 0:
+		specs, err := load.Sweep(o.qps, o.numRequests, o.promptTokens, o.maxTokens)
+		if err != nil {
+			return p, err
+		}
+		p.Workloads = specs
+	case o.workloadFile != "":
+		specs, err := load.LoadSpecs(o.workloadFile)
+		if err != nil {
+			return p, err
+		}
+		p.Workloads = specs
+	case custom:
+		if o.numRequests <= 0 || o.promptTokens <= 0 || o.maxTokens <= 0 {
+			return p, errors.New("a custom workload needs all of --num-requests, --prompt-tokens and --max-tokens, each ≥ 1")
+		}
+		// Without a cap the custom requests go out as one burst; with
+		// --concurrency C that is a closed loop of C clients.
+		p.Workloads = []load.Spec{load.Custom(o.numRequests, o.promptTokens, o.maxTokens, load.Arrival{Pattern: load.Burst})}
+	case o.workload == "all":
+		p.Workloads = load.Builtin()
+	default:
+		s, err := load.Lookup(o.workload)
+		if err != nil {
+			return p, err
+		}
+		p.Workloads = []load.Spec{s}
+	}
+	return p, p.Validate()
+}
+
+func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
+	ctx := cmd.Context()
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if o.url == "" {
+		return withExit(2, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000"))
+	}
+	if u, err := url.Parse(o.url); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return withExit(2, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url))
+	}
+	if o.record != "" && o.noRecord {
+		return withExit(2, errors.New("--record and --no-record contradict each other; pick one"))
+	}
+	ep := prober.Endpoint(o.endpoint)
+	if ep != prober.Chat && ep != prober.Completions {
+		return withExit(2, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint))
+	}
+	plan, err := o.plan(workloadSet)
+	if err != nil {
+		return withExit(2, err)
+	}
+	header := http.Header{}
+	if o.apiKey != "" {
+		header.Set("Authorization", "Bearer "+o.apiKey)
+	}
+	if o.model == "" {
+		m, err := load.DetectModel(ctx, o.url, header)
+		if err != nil {
+			return withExit(2, err)
+		}
+		o.model = m
+	}
+	var extra map[string]any
+	if o.ignoreEOS {
+		extra = map[string]any{"ignore_eos": true}
+	}
+	maxConns := 1024
+	for _, s := range plan.Workloads {
+		maxConns = max(maxConns, s.Requests)
+	}
+	if plan.Concurrency > 0 {
+		maxConns = plan.Concurrency
+	}
+	clock := trace.NewClock()
+	client, err := load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
+		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage}, clock)
+	if err != nil {
+		return withExit(2, err)
+	}
+	defer client.Close()
+
+	// Recording: a bus decouples the request goroutines from the disk; the
+	// recorder goroutine is owned here and awaited before the file closes.
+	bus := trace.NewBus()
+	var rec *sessions.Recorder
+	var recDone sync.WaitGroup
+	if !o.noRecord {
+		path := o.record
+		if path == "" {
+			if path, err = sessions.DefaultPath(time.Now(), "bench"); err != nil {
+				return withExit(2, fmt.Errorf("%w (or pass --no-record)", err))
+			}
+		}
+		_, device := gpuHeader()
+		h := sessions.NewHeader(version, clock.Start(), sessions.Target{
+			Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
+		})
+		if rec, err = sessions.Create(path, h); err != nil {
+			return withExit(2, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err))
+		}
+		sub := bus.Subscribe()
+		recDone.Add(1)
+		go func() {
+			defer recDone.Done()
+			rec.Record(sub)
+		}()
+	}
+
+	progress := &load.Progress{}
+	stopProgress := func() {}
+	if !o.quiet {
+		stopProgress = printBenchProgress(ctx, progress, stderr)
+	}
+	b := &load.Bench{Client: client, Clock: clock, Sink: bus, Progress: progress}
+	rep, runErr := b.Execute(ctx, plan)
+	stopProgress()
+	bus.Close()
+	recDone.Wait()
+	rep.Tool = "treni-top " + version
+	if rec != nil {
+		if err := rec.Close(); err != nil {
+			fmt.Fprintf(stderr, "treni-top: the session file is incomplete: %v\n", err)
+		}
+		rep.Session = rec.Path()
+	}
+	if runErr != nil && ctx.Err() != nil {
+		rep.Interrupted = true
+	} else if runErr != nil {
+		return withExit(2, runErr)
+	}
+	if o.json {
+		data, err := rep.JSON()
+		if err != nil {
+			return withExit(2, err)
+		}
+		if _, err := stdout.Write(data); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(stdout, rep.Markdown())
+	}
+	if rec != nil {
+		fmt.Fprintf(stderr, "session recorded: %s\n", rec.Path())
+	}
+	if rep.Interrupted {
+		return withExit(2, fmt.Errorf("bench interrupted: %w", runErr))
+	}
+	return nil
+}
+
+// printBenchProgress writes a progress line to w every second until the
+// returned stop function is called; stop waits for the printer goroutine.
+func printBenchProgress(ctx context.Context, p *load.Progress, w io.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		prev := p.Snapshot()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s := p.Snapshot()
+				if s.Total == 0 {
+					continue
+				}
+				cur, _ := load.Rates(prev, s)
+				fmt.Fprintln(w, s.Line(cur))
+				prev = s
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }

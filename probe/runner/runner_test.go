@@ -1,0 +1,297 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+type sink struct {
+	mu  sync.Mutex
+	evs []trace.Event
+}
+
+func (s *sink) Emit(e trace.Event) {
+	s.mu.Lock()
+	s.evs = append(s.evs, e)
+	s.mu.Unlock()
+}
+
+func (s *sink) markers(name string) []trace.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []trace.Event
+	for _, e := range s.evs {
+		if e.Kind == trace.KindMarker && e.Marker.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+type fakeTarget struct {
+	run       int
+	healthErr error
+	exited    chan struct{}
+	mu        sync.Mutex
+	stopped   bool
+}
+
+func (t *fakeTarget) PID() int        { return 0 }
+func (t *fakeTarget) PIDs() []int     { return nil }
+func (t *fakeTarget) BaseURL() string { return "http://127.0.0.1:1" }
+func (t *fakeTarget) Kind() string    { return "fake" }
+func (t *fakeTarget) WaitHealthy(ctx context.Context) error {
+	return t.healthErr
+}
+func (t *fakeTarget) Exited() <-chan struct{} { return t.exited }
+func (t *fakeTarget) Stop(time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stopped {
+		t.stopped = true
+		close(t.exited)
+	}
+}
+func (t *fakeTarget) isStopped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stopped
+}
+
+type fakeLauncher struct {
+	mu        sync.Mutex
+	targets   []*fakeTarget
+	healthErr error
+}
+
+func (l *fakeLauncher) Launch(_ context.Context, run int) (Target, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range l.targets {
+		if !t.isStopped() {
+			return nil, errors.New("launched while the previous target still runs")
+		}
+	}
+	t := &fakeTarget{run: run, healthErr: l.healthErr, exited: make(chan struct{})}
+	l.targets = append(l.targets, t)
+	return t, nil
+}
+
+func (l *fakeLauncher) all() []*fakeTarget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*fakeTarget(nil), l.targets...)
+}
+
+type fakeProber struct {
+	mu     sync.Mutex
+	probes []Probe
+	sink   trace.Sink
+}
+
+func (p *fakeProber) Probe(_ context.Context, t Target, pr Probe) (trace.Request, error) {
+	if ft := t.(*fakeTarget); ft.run != pr.Run {
+		return trace.Request{}, errors.New("probe run does not match the target's")
+	}
+	p.mu.Lock()
+	p.probes = append(p.probes, pr)
+	p.mu.Unlock()
+	q := trace.Request{ID: pr.Label, Label: pr.Label, Phase: pr.Phase, Done: true, FirstToken: time.Millisecond, End: 2 * time.Millisecond}
+	p.sink.Emit(trace.Event{Kind: trace.KindRequest, Run: pr.Run, Request: &q})
+	return q, nil
+}
+
+func (p *fakeProber) labels() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, q := range p.probes {
+		out = append(out, q.Label)
+	}
+	return out
+}
+
+type fakeCache struct {
+	resident, total int64
+	leave           int64 // resident bytes left after an eviction
+	evictions       int
+}
+
+func (c *fakeCache) Residency([]string) (int64, int64, error) { return c.resident, c.total, nil }
+func (c *fakeCache) Evict([]string) error {
+	c.evictions++
+	c.resident = c.leave
+	return nil
+}
+
+func newTest(t *testing.T, mod func(*Config)) (*Runner, *sink, *fakeLauncher, *fakeProber) {
+	t.Helper()
+	s := &sink{}
+	l := &fakeLauncher{}
+	p := &fakeProber{sink: s}
+	cfg := Config{Sink: s, Clock: trace.NewClock(), Launcher: l, Prober: p, Warmup: 1, Repeat: 3, ExitAfterSequence: true}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, s, l, p
+}
+
+func TestSequence(t *testing.T) {
+	r, s, l, p := newTest(t, nil)
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cold_1", "warmup_1", "warm_1", "warm_2", "warm_3"}
+	got := p.labels()
+	if len(got) != len(want) {
+		t.Fatalf("probes %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("probes %v, want %v", got, want)
+		}
+	}
+	ts := l.all()
+	if len(ts) != 1 || !ts[0].isStopped() {
+		t.Errorf("target not launched once and stopped: %d targets", len(ts))
+	}
+	if len(s.markers(trace.MarkerRunStart)) != 1 || len(s.markers(MarkerSequenceDone)) != 1 {
+		t.Error("run_start or sequence_done missing")
+	}
+}
+
+func TestNewColdRunAndQuit(t *testing.T) {
+	r, s, l, p := newTest(t, func(c *Config) { c.ExitAfterSequence = false; c.Repeat = 1; c.Warmup = 0 })
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	waitFor(t, func() bool { return len(s.markers(MarkerSequenceDone)) == 1 })
+	r.NewColdRun()
+	waitFor(t, func() bool { return len(s.markers(MarkerSequenceDone)) == 2 })
+	r.WarmProbe()
+	waitFor(t, func() bool { return len(p.labels()) == 5 })
+	if got := p.labels()[4]; got != "warm_2" {
+		t.Errorf("the extra warm probe is %q, want warm_2 (after warm_1)", got)
+	}
+	r.Quit()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Quit")
+	}
+	ts := l.all()
+	if len(ts) != 2 || ts[1].run != 1 || !ts[0].isStopped() || !ts[1].isStopped() {
+		t.Fatalf("targets: %d, second run %d", len(ts), ts[len(ts)-1].run)
+	}
+	starts := s.markers(trace.MarkerRunStart)
+	if len(starts) != 2 || starts[1].Run != 1 {
+		t.Errorf("run_start markers %+v", starts)
+	}
+	if r.RunIndex() != 1 {
+		t.Errorf("run index %d", r.RunIndex())
+	}
+}
+
+func TestEvictionEvidence(t *testing.T) {
+	files := func() []string { return []string{"model.safetensors"} }
+	pc := &fakeCache{resident: 100, total: 100, leave: 0}
+	r, s, _, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.WeightFiles = files; c.EvictPageCache = true })
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := s.markers(trace.MarkerResidency)
+	if len(res) != 2 {
+		t.Fatalf("residency markers %d, want before and after", len(res))
+	}
+	if b, _ := res[0].Marker.Attrs.Float("resident_bytes"); b != 100 {
+		t.Errorf("before: %v", res[0].Marker.Attrs)
+	}
+	if b, _ := res[1].Marker.Attrs.Float("resident_bytes"); b != 0 {
+		t.Errorf("after: %v", res[1].Marker.Attrs)
+	}
+	ev := s.markers(trace.MarkerEvicted)
+	if len(ev) != 1 || ev[0].Marker.Attrs["ok"] != true {
+		t.Fatalf("evicted markers %+v", ev)
+	}
+	st := s.markers(trace.MarkerRunStart)
+	if st[0].Marker.Attrs["page_cache_evicted"] != true || st[0].At < ev[0].At {
+		t.Errorf("run_start %+v must follow a verified eviction", st[0].Marker.Attrs)
+	}
+}
+
+func TestEvictionNotVerifiedIsNotCold(t *testing.T) {
+	files := func() []string { return []string{"model.safetensors"} }
+	pc := &fakeCache{resident: 100, total: 100, leave: 60}
+	r, s, _, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.WeightFiles = files; c.EvictPageCache = true })
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev := s.markers(trace.MarkerEvicted)
+	if len(ev) != 1 || ev[0].Marker.Attrs["ok"] != false {
+		t.Fatalf("evicted markers %+v", ev)
+	}
+	if st := s.markers(trace.MarkerRunStart); st[0].Marker.Attrs["page_cache_evicted"] != false {
+		t.Error("a run whose eviction left 60% resident was labelled page-cache cold")
+	}
+	// Without weight files, --evict-page-cache must say so, not pretend.
+	r2, s2, _, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.EvictPageCache = true })
+	_ = r2.Run(context.Background())
+	if ev := s2.markers(trace.MarkerEvicted); len(ev) != 1 || ev[0].Marker.Attrs["ok"] != false {
+		t.Errorf("eviction without files: %+v", ev)
+	}
+}
+
+func TestCrashBeforeHealthy(t *testing.T) {
+	r, s, l, p := newTest(t, nil)
+	l.healthErr = errors.New("target exited before it became healthy (exit status 3)")
+	err := r.Run(context.Background())
+	if err == nil {
+		t.Fatal("Run succeeded although the target never became healthy")
+	}
+	if len(p.labels()) != 0 {
+		t.Error("requests sent to a dead target")
+	}
+	if len(s.markers(MarkerRunFailed)) != 1 {
+		t.Error("no run_failed marker")
+	}
+}
+
+func TestAttachedRefusesRestart(t *testing.T) {
+	r, s, _, p := newTest(t, func(c *Config) { c.Attached = true })
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.labels(); len(got) != 4 || got[0] != "warmup_1" {
+		t.Errorf("attached sequence %v: no cold request expected", got)
+	}
+	if len(s.markers(trace.MarkerRunStart)) != 0 || len(s.markers(MarkerAttached)) != 1 {
+		t.Error("an attach must not claim a run start")
+	}
+	r.NewColdRun()
+	r.EvictAndRestart()
+	if n := len(s.markers(MarkerActionRefused)); n != 2 {
+		t.Errorf("restart of an attached server: %d refusals, want 2", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# e2e-ollama: treni-top against a real external server (issue 5, "Real peer").
+#
+# Builds Ollama v0.9.6 from source into .peers/bin (skipped when present),
+# makes a Qwen2-architecture random-weight checkpoint with
+# `treni-top model synth`, imports it into Ollama, then runs
+#
+#     treni-top run --headless -- .peers/bin/ollama serve
+#
+# Ollama loads its model lazily, inside the first request, so the cold
+# request (cold_1) contains the whole model load. The script checks that the
+# session has stages from Ollama's own log, the runner subprocess in the
+# process tree, and that our cold TTFT agrees with Ollama's own
+# load_duration + prompt_eval_duration (see TOLERANCE below).
+#
+# Not in CI: it builds the peer (2–6 min on 2 cores) and needs
+# nlohmann-json3-dev and libstb-dev. Everything it makes stays under .peers/
+# (ignored by git). Usage: scripts/e2e-ollama.sh [--preset tiny|0.6b]
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PEERS=$ROOT/.peers
+PRESET=tiny
+if [[ "${1:-}" == "--preset" && -n "${2:-}" ]]; then PRESET=$2; fi
+OUT=$PEERS/e2e-ollama
+mkdir -p "$PEERS/bin" "$PEERS/models" "$OUT"
+
+export OLLAMA_MODELS=$PEERS/models
+export OLLAMA_HOST=127.0.0.1:11500
+# Keep the model loaded between requests (warm requests must be warm), and
+# do not let a stray GPU or a cloud proxy change what is measured.
+export OLLAMA_KEEP_ALIVE=10m
+export OLLAMA_NOPRUNE=1
+
+step() { printf '\n== %s\n' "$*"; }
+
+# --- 1. the peer --------------------------------------------------------------
+if [[ ! -x $PEERS/bin/ollama ]]; then
+	step "building Ollama v0.9.6 from source (2-6 min)"
+	if ! dpkg -s nlohmann-json3-dev libstb-dev >/dev/null 2>&1; then
+		echo "needs: apt-get install -y nlohmann-json3-dev libstb-dev" >&2
+		exit 2
+	fi
+	CGO_CPPFLAGS="-I/usr/include/stb" GOBIN=$PEERS/bin go install github.com/ollama/ollama@v0.9.6
+fi
+"$PEERS/bin/ollama" --version 2>/dev/null | head -1 || true
+
+# --- 2. treni-top -----------------------------------------------------------
+step "building treni-top"
+go build -o "$ROOT/bin/treni-top" ./cmd/treni-top
+TT=$ROOT/bin/treni-top
+
+# --- 3. the checkpoint --------------------------------------------------------
+CKPT=$PEERS/synth-qwen2-$PRESET
+if [[ ! -f $CKPT/config.json ]]; then
+	step "making a Qwen2-architecture synth checkpoint ($PRESET)"
+	rm -rf "$CKPT"
+	"$TT" model synth --arch qwen2 --preset "$PRESET" --out "$CKPT"
+fi
+
+# --- 4. import it into Ollama (a temporary server, stopped afterwards) --------
+MODEL=synth-qwen2-$PRESET
+if [[ ! -f $OLLAMA_MODELS/manifests/registry.ollama.ai/library/$MODEL/latest ]]; then
+	step "ollama create $MODEL"
+	"$PEERS/bin/ollama" serve >"$OUT/create-serve.log" 2>&1 &
+	SERVE_PID=$!
+	trap 'kill $SERVE_PID 2>/dev/null || true' EXIT
+	for _ in $(seq 1 300); do
+		curl -fsS "http://$OLLAMA_HOST/api/version" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	printf 'FROM %s\n' "$CKPT" >"$OUT/Modelfile"
+	"$PEERS/bin/ollama" create "$MODEL" -f "$OUT/Modelfile"
+	kill "$SERVE_PID"
+	wait "$SERVE_PID" 2>/dev/null || true
+	trap - EXIT
+fi
+
+# --- 5. the traced run --------------------------------------------------------
+step "treni-top run --headless -- ollama serve"
+SESSION=$OUT/session.jsonl
+rm -f "$SESSION"
+"$TT" run --headless --json --record "$SESSION" \
+	--request-model "$MODEL" --warmup 1 --repeat 3 --max-tokens 16 \
+	--prompt "Why is the first request slow?" \
+	-- "$PEERS/bin/ollama" serve >"$OUT/report.json" 2>"$OUT/progress.log" || {
+	echo "treni-top run failed; progress:" >&2
+	cat "$OUT/progress.log" >&2
+	exit 1
+}
+cat "$OUT/progress.log"
+
+# --- 6. checks ------------------------------------------------------------------
+# TOLERANCE. Our cold TTFT is measured by the client: request sent → first
+# token-bearing line of the /api/generate stream. Ollama's load_duration
+# (scheduling + starting the runner subprocess + loading the weights) plus
+# prompt_eval_duration (the prefill that yields the first token) cover the
+# same interval except for what happens outside those two timers: our HTTP
+# request to `ollama serve`, its request parsing and prompt templating, the
+# hop to the runner subprocess and back, tokenization of a short prompt, and
+# the streaming of the first line to us, all on loopback. So:
+#   * ours must not be shorter than Ollama's, allowing 5 ms because the two
+#     processes' timers do not start and stop at exactly the same instants;
+#   * ours may exceed it by at most 250 ms. The uncovered work is a fixed
+#     cost that does not grow with the model (the load itself is inside both
+#     figures, so its run-to-run noise cancels out): a few ms on an idle
+#     machine; 250 ms absorbs scheduling delays on a 2-core box shared with
+#     compilers. Measured here at load average ~16: +4.4 ms (tiny preset,
+#     506 ms cold) and +21.9 ms (0.6b preset, 36.0 s cold).
+step "checking the session"
+python3 - "$SESSION" <<'PY'
+import json, sys
+
+path = sys.argv[1]
+with open(path) as f:
+    header = json.loads(f.readline())
+    events = [json.loads(l) for l in f if l.strip()]
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+stages = {}
+for e in events:
+    if e["kind"] == "stage":
+        s = e["stage"]
+        stages.setdefault(s["name"], []).append(s)
+from_log = sorted(n for n, ss in stages.items() if any(s.get("source", "").startswith("log:") for s in ss))
+print("stages:", ", ".join(f"{n} ({max(s['end']-s['start'] for s in ss)/1e6:.1f} ms, {ss[0].get('source','')})" for n, ss in sorted(stages.items())))
+if not from_log:
+    fail("no stage came from Ollama's own log")
+
+procs = [e["sample"]["values"].get("procs", 0) for e in events
+         if e["kind"] == "sample" and e["sample"]["source"] == "process"]
+max_procs = max(procs, default=0)
+print(f"process tree: up to {max_procs:.0f} processes (ollama serve + runner)")
+if max_procs < 2:
+    fail("the runner subprocess never appeared in the process tree")
+
+cold = None
+for e in events:
+    if e["kind"] == "request" and e["request"].get("phase") == "cold" and e["request"].get("done"):
+        cold = e["request"]
+if cold is None:
+    fail("no finished cold request")
+if cold.get("error"):
+    fail("cold request failed: " + cold["error"])
+timings = None
+for e in events:
+    m = e.get("marker") or {}
+    if m.get("name") == "server_timings" and (m.get("attrs") or {}).get("label") == "cold_1":
+        timings = m["attrs"]
+if timings is None:
+    fail("Ollama gave no load_duration/prompt_eval_duration for cold_1")
+
+ours = cold["first_token"] / 1e6
+theirs = timings["load_ms"] + timings["prompt_eval_ms"]
+tol = 250.0
+diff = ours - theirs
+warm = [e["request"] for e in events if e["kind"] == "request" and e["request"].get("phase") == "warm" and e["request"].get("done") and not e["request"].get("error")]
+warm_ttft = sorted(q["first_token"] / 1e6 for q in warm)
+print(f"cold TTFT (treni-top, client side): {ours:9.1f} ms")
+print(f"Ollama load_duration:               {timings['load_ms']:9.1f} ms")
+print(f"Ollama prompt_eval_duration:        {timings['prompt_eval_ms']:9.1f} ms")
+print(f"Ollama load + prompt_eval:          {theirs:9.1f} ms")
+print(f"difference (ours - Ollama):         {diff:+9.1f} ms  (allowed -5 .. +{tol:.0f} ms)")
+if warm_ttft:
+    print(f"warm TTFT median over {len(warm_ttft)}: {warm_ttft[len(warm_ttft)//2]:.1f} ms; cold penalty x{ours / warm_ttft[len(warm_ttft)//2]:.1f}")
+if diff < -5 or diff > tol:
+    fail("cold TTFT disagrees with Ollama's own figures beyond the tolerance")
+print("PASS")
+PY
+echo "session: $SESSION"

@@ -1,0 +1,137 @@
+package sessions
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// BenchRun is one run of a load workload recorded by `treni-top bench`,
+// delimited by its bench_start and bench_end markers.
+type BenchRun struct {
+	Workload string        `json:"workload"`
+	Run      int           `json:"run"`
+	Warmup   bool          `json:"warmup,omitempty"`
+	Start    time.Duration `json:"start"`
+	End      time.Duration `json:"end"`
+	Requests int           `json:"requests"`
+	Errors   int           `json:"errors"`
+	// OutputTokPerS is output tokens ÷ the run's wall time.
+	OutputTokPerS float64 `json:"output_tok_per_s"`
+	ReqPerS       float64 `json:"req_per_s"`
+	TTFT          Stats   `json:"ttft_ms"`
+	ITL           Stats   `json:"itl_ms"`
+	TPOT          Stats   `json:"tpot_ms"`
+	E2E           Stats   `json:"e2e_ms"`
+}
+
+// BenchRuns finds the load runs in a session's events.
+func BenchRuns(events []trace.Event) []BenchRun {
+	var runs []BenchRun
+	var reqs []trace.Request
+	seen := map[string]int{}
+	for _, e := range events {
+		if e.Kind == trace.KindRequest && e.Request.Done && (e.Request.Phase == trace.PhaseBench || e.Request.Phase == trace.PhaseWarmup) {
+			if i, ok := seen[e.Request.ID]; ok {
+				reqs[i] = *e.Request
+			} else {
+				seen[e.Request.ID] = len(reqs)
+				reqs = append(reqs, *e.Request)
+			}
+		}
+	}
+	var open *BenchRun
+	for _, e := range events {
+		if e.Kind != trace.KindMarker {
+			continue
+		}
+		switch e.Marker.Name {
+		case trace.MarkerBenchStart:
+			w, _ := e.Marker.Attrs.String("workload")
+			r, _ := e.Marker.Attrs.Float("run")
+			warm, _ := e.Marker.Attrs["warmup"].(bool)
+			open = &BenchRun{Workload: w, Run: int(r), Warmup: warm, Start: e.At}
+		case trace.MarkerBenchEnd:
+			if open == nil {
+				continue
+			}
+			open.End = e.At
+			fillBench(open, reqs)
+			runs = append(runs, *open)
+			open = nil
+		}
+	}
+	return runs
+}
+
+func fillBench(b *BenchRun, reqs []trace.Request) {
+	var ttft, itl, tpot, e2e []float64
+	var out int
+	last := b.Start
+	for _, q := range reqs {
+		if q.Sent < b.Start || q.Sent > b.End {
+			continue
+		}
+		b.Requests++
+		if !q.OK() {
+			b.Errors++
+			continue
+		}
+		out += q.OutputTokens()
+		if end := q.Sent + q.End; end > last {
+			last = end
+		}
+		row := Row(q)
+		ttft = append(ttft, row.TTFT)
+		itl = append(itl, durationsMS(q.ITLs())...)
+		if row.TPOT > 0 {
+			tpot = append(tpot, row.TPOT)
+		}
+		e2e = append(e2e, row.E2E)
+	}
+	if d := (last - b.Start).Seconds(); d > 0 {
+		b.OutputTokPerS = float64(out) / d
+		b.ReqPerS = float64(b.Requests-b.Errors) / d
+	}
+	b.TTFT, b.ITL, b.TPOT, b.E2E = Summarize(ttft), Summarize(itl), Summarize(tpot), Summarize(e2e)
+}
+
+// writeBenchMarkdown renders load runs as the serving benchmark log's
+// table: one column per run.
+func writeBenchMarkdown(b *strings.Builder, runs []BenchRun) {
+	var shown []BenchRun
+	for _, r := range runs {
+		if !r.Warmup {
+			shown = append(shown, r)
+		}
+	}
+	if len(shown) == 0 {
+		return
+	}
+	b.WriteString("\n## Load runs\n\n| metric |")
+	for _, r := range shown {
+		fmt.Fprintf(b, " %s #%d |", r.Workload, r.Run)
+	}
+	b.WriteString("\n|---|")
+	for range shown {
+		b.WriteString("--:|")
+	}
+	row := func(name string, f func(BenchRun) string) {
+		fmt.Fprintf(b, "\n| %s |", name)
+		for _, r := range shown {
+			fmt.Fprintf(b, " %s |", f(r))
+		}
+	}
+	row("Requests", func(r BenchRun) string { return fmt.Sprint(r.Requests) })
+	row("Throughput (tok/s)", func(r BenchRun) string { return fmt.Sprintf("%.1f", r.OutputTokPerS) })
+	row("TTFT P50 (ms)", func(r BenchRun) string { return fmtMS(r.TTFT.Median) })
+	row("TTFT P99 (ms)", func(r BenchRun) string { return fmtMS(r.TTFT.P99) })
+	row("ITL P50 (ms)", func(r BenchRun) string { return fmtMS(r.ITL.Median) })
+	row("ITL P99 (ms)", func(r BenchRun) string { return fmtMS(r.ITL.P99) })
+	row("TPOT P50 (ms)", func(r BenchRun) string { return fmtMS(r.TPOT.Median) })
+	row("Latency P50 (s)", func(r BenchRun) string { return fmt.Sprintf("%.3f", r.E2E.Median/1000) })
+	row("Errors", func(r BenchRun) string { return fmt.Sprint(r.Errors) })
+	b.WriteString("\n")
+}
