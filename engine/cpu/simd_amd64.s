@@ -1,0 +1,517 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func cvtBF16AVX2(dst *float32, src *uint16, n int)
+// n is a multiple of 8. bf16 → f32 is a zero-extend and a 16-bit shift.
+TEXT ·cvtBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   cvtdone
+cvtloop:
+	VPMOVZXWD (SI), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       cvtloop
+cvtdone:
+	VZEROUPPER
+	RET
+
+// func cvtF16F16C(dst *float32, src *uint16, n int)
+// n is a multiple of 8.
+TEXT ·cvtF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   hdone
+hloop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       hloop
+hdone:
+	VZEROUPPER
+	RET
+
+// func dot4x2AVX2(w *float32, stride int, x0, x1 *float32, n int, out *[8]float32)
+// Four weight rows (stride floats apart) times two activation rows over n
+// elements (a multiple of 8): out[0:4] are the rows' dots with x0, out[4:8]
+// with x1. Eight independent accumulators cover the FMA latency.
+TEXT ·dot4x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), BX
+	SHLQ $2, BX
+	MOVQ x0+16(FP), R8
+	MOVQ x1+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), DI
+	LEAQ (SI)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (R11)(BX*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	SHRQ $3, CX
+	JZ   d2reduce
+d2loop:
+	VMOVUPS     (R8)(AX*1), Y8
+	VMOVUPS     (R9)(AX*1), Y9
+	VMOVUPS     (SI)(AX*1), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y4
+	VMOVUPS     (R10)(AX*1), Y11
+	VFMADD231PS Y8, Y11, Y1
+	VFMADD231PS Y9, Y11, Y5
+	VMOVUPS     (R11)(AX*1), Y12
+	VFMADD231PS Y8, Y12, Y2
+	VFMADD231PS Y9, Y12, Y6
+	VMOVUPS     (R12)(AX*1), Y13
+	VFMADD231PS Y8, Y13, Y3
+	VFMADD231PS Y9, Y13, Y7
+	ADDQ        $32, AX
+	DECQ        CX
+	JNZ         d2loop
+d2reduce:
+	VEXTRACTF128 $1, Y0, X8
+	VADDPS       X8, X0, X0
+	VEXTRACTF128 $1, Y1, X8
+	VADDPS       X8, X1, X1
+	VEXTRACTF128 $1, Y2, X8
+	VADDPS       X8, X2, X2
+	VEXTRACTF128 $1, Y3, X8
+	VADDPS       X8, X3, X3
+	VEXTRACTF128 $1, Y4, X8
+	VADDPS       X8, X4, X4
+	VEXTRACTF128 $1, Y5, X8
+	VADDPS       X8, X5, X5
+	VEXTRACTF128 $1, Y6, X8
+	VADDPS       X8, X6, X6
+	VEXTRACTF128 $1, Y7, X8
+	VADDPS       X8, X7, X7
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (DI)
+	VHADDPS      X5, X4, X4
+	VHADDPS      X7, X6, X6
+	VHADDPS      X6, X4, X4
+	VMOVUPS      X4, 16(DI)
+	VZEROUPPER
+	RET
+
+// func dot4x1AVX2(w *float32, stride int, x0 *float32, n int, out *[4]float32)
+// Four weight rows times one activation row; n is a multiple of 8. Two
+// accumulators per row (even and odd 8-wide steps) cover the FMA latency.
+TEXT ·dot4x1AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), BX
+	SHLQ $2, BX
+	MOVQ x0+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DI
+	LEAQ (SI)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (R11)(BX*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	MOVQ CX, DX
+	SHRQ $4, CX
+	JZ   d1tail
+d1loop:
+	VMOVUPS     (R8)(AX*1), Y8
+	VMOVUPS     32(R8)(AX*1), Y9
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VFMADD231PS 32(SI)(AX*1), Y9, Y4
+	VFMADD231PS (R10)(AX*1), Y8, Y1
+	VFMADD231PS 32(R10)(AX*1), Y9, Y5
+	VFMADD231PS (R11)(AX*1), Y8, Y2
+	VFMADD231PS 32(R11)(AX*1), Y9, Y6
+	VFMADD231PS (R12)(AX*1), Y8, Y3
+	VFMADD231PS 32(R12)(AX*1), Y9, Y7
+	ADDQ        $64, AX
+	DECQ        CX
+	JNZ         d1loop
+d1tail:
+	ANDQ $8, DX
+	JZ   d1reduce
+	VMOVUPS     (R8)(AX*1), Y8
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VFMADD231PS (R10)(AX*1), Y8, Y1
+	VFMADD231PS (R11)(AX*1), Y8, Y2
+	VFMADD231PS (R12)(AX*1), Y8, Y3
+d1reduce:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VEXTRACTF128 $1, Y0, X8
+	VADDPS       X8, X0, X0
+	VEXTRACTF128 $1, Y1, X8
+	VADDPS       X8, X1, X1
+	VEXTRACTF128 $1, Y2, X8
+	VADDPS       X8, X2, X2
+	VEXTRACTF128 $1, Y3, X8
+	VADDPS       X8, X3, X3
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (DI)
+	VZEROUPPER
+	RET
+
+// func dotAVX2(a, b *float32, n int) float32
+// n is a multiple of 8.
+TEXT ·dotAVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	MOVQ CX, DX
+	SHRQ $4, CX
+	JZ   dtail
+dloop:
+	VMOVUPS     (SI)(AX*1), Y2
+	VMOVUPS     32(SI)(AX*1), Y3
+	VFMADD231PS (DI)(AX*1), Y2, Y0
+	VFMADD231PS 32(DI)(AX*1), Y3, Y1
+	ADDQ        $64, AX
+	DECQ        CX
+	JNZ         dloop
+dtail:
+	ANDQ $8, DX
+	JZ   dreduce
+	VMOVUPS     (SI)(AX*1), Y2
+	VFMADD231PS (DI)(AX*1), Y2, Y0
+dreduce:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(a float32, x, y *float32, n int)
+// y += a·x; n is a multiple of 8.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS a+0(FP), Y0
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   adone
+aloop:
+	VMOVUPS     (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS     Y1, (DI)
+	ADDQ        $32, SI
+	ADDQ        $32, DI
+	DECQ        CX
+	JNZ         aloop
+adone:
+	VZEROUPPER
+	RET
+
+// func dot4x1BF16AVX2(w *uint16, stride int, x0 *float32, n int, out *[4]float32)
+// dot4x1AVX2 with the bf16 → f32 widening fused in: for single-token steps
+// each weight is used once, so converting it into a buffer first would only
+// add a store and a load per element.
+TEXT ·dot4x1BF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), BX
+	SHLQ $1, BX
+	MOVQ x0+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DI
+	LEAQ (SI)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (R11)(BX*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	XORQ DX, DX
+	MOVQ CX, R9
+	SHRQ $4, CX
+	JZ   b1tail
+b1loop:
+	VMOVUPS     (R8)(DX*1), Y8
+	VMOVUPS     32(R8)(DX*1), Y9
+	VPMOVZXWD   (SI)(AX*1), Y10
+	VPMOVZXWD   16(SI)(AX*1), Y11
+	VPSLLD      $16, Y10, Y10
+	VPSLLD      $16, Y11, Y11
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y11, Y4
+	VPMOVZXWD   (R10)(AX*1), Y12
+	VPMOVZXWD   16(R10)(AX*1), Y13
+	VPSLLD      $16, Y12, Y12
+	VPSLLD      $16, Y13, Y13
+	VFMADD231PS Y8, Y12, Y1
+	VFMADD231PS Y9, Y13, Y5
+	VPMOVZXWD   (R11)(AX*1), Y10
+	VPMOVZXWD   16(R11)(AX*1), Y11
+	VPSLLD      $16, Y10, Y10
+	VPSLLD      $16, Y11, Y11
+	VFMADD231PS Y8, Y10, Y2
+	VFMADD231PS Y9, Y11, Y6
+	VPMOVZXWD   (R12)(AX*1), Y12
+	VPMOVZXWD   16(R12)(AX*1), Y13
+	VPSLLD      $16, Y12, Y12
+	VPSLLD      $16, Y13, Y13
+	VFMADD231PS Y8, Y12, Y3
+	VFMADD231PS Y9, Y13, Y7
+	ADDQ        $32, AX
+	ADDQ        $64, DX
+	DECQ        CX
+	JNZ         b1loop
+b1tail:
+	ANDQ $8, R9
+	JZ   b1reduce
+	VMOVUPS     (R8)(DX*1), Y8
+	VPMOVZXWD   (SI)(AX*1), Y10
+	VPSLLD      $16, Y10, Y10
+	VFMADD231PS Y8, Y10, Y0
+	VPMOVZXWD   (R10)(AX*1), Y12
+	VPSLLD      $16, Y12, Y12
+	VFMADD231PS Y8, Y12, Y1
+	VPMOVZXWD   (R11)(AX*1), Y10
+	VPSLLD      $16, Y10, Y10
+	VFMADD231PS Y8, Y10, Y2
+	VPMOVZXWD   (R12)(AX*1), Y12
+	VPSLLD      $16, Y12, Y12
+	VFMADD231PS Y8, Y12, Y3
+b1reduce:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VEXTRACTF128 $1, Y0, X8
+	VADDPS       X8, X0, X0
+	VEXTRACTF128 $1, Y1, X8
+	VADDPS       X8, X1, X1
+	VEXTRACTF128 $1, Y2, X8
+	VADDPS       X8, X2, X2
+	VEXTRACTF128 $1, Y3, X8
+	VADDPS       X8, X3, X3
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (DI)
+	VZEROUPPER
+	RET
+
+// func axpy4AVX2(a *[4]float32, x *float32, stride int, y *float32, n int)
+// y += a[0]·x0 + a[1]·x1 + a[2]·x2 + a[3]·x3 for four rows x_j stride
+// floats apart; n is a multiple of 8. One pass over y instead of four.
+TEXT ·axpy4AVX2(SB), NOSPLIT, $0-40
+	MOVQ         a+0(FP), AX
+	VBROADCASTSS 0(AX), Y0
+	VBROADCASTSS 4(AX), Y1
+	VBROADCASTSS 8(AX), Y2
+	VBROADCASTSS 12(AX), Y3
+	MOVQ         x+8(FP), SI
+	MOVQ         stride+16(FP), BX
+	SHLQ         $2, BX
+	MOVQ         y+24(FP), DI
+	MOVQ         n+32(FP), CX
+	LEAQ         (SI)(BX*1), R10
+	LEAQ         (R10)(BX*1), R11
+	LEAQ         (R11)(BX*1), R12
+	XORQ         AX, AX
+	SHRQ         $3, CX
+	JZ           a4done
+a4loop:
+	VMOVUPS     (DI)(AX*1), Y4
+	VMULPS      (R11)(AX*1), Y2, Y5
+	VFMADD231PS (SI)(AX*1), Y0, Y4
+	VFMADD231PS (R12)(AX*1), Y3, Y5
+	VFMADD231PS (R10)(AX*1), Y1, Y4
+	VADDPS      Y5, Y4, Y4
+	VMOVUPS     Y4, (DI)(AX*1)
+	ADDQ        $32, AX
+	DECQ        CX
+	JNZ         a4loop
+a4done:
+	VZEROUPPER
+	RET
+
+// func dot4x4AVX512(w *float32, stride int, x *float32, xstride int, n int, out *[16]float32)
+// Four weight rows (stride floats apart) times four activation rows
+// (xstride floats apart) over n elements, a multiple of 16: out[4t+j] is
+// row j's dot with token t. Sixteen 16-wide accumulators; each weight load
+// feeds four FMAs.
+TEXT ·dot4x4AVX512(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), BX
+	SHLQ $2, BX
+	LEAQ (SI)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (R11)(BX*1), R12
+	MOVQ x+16(FP), R8
+	MOVQ xstride+24(FP), BX
+	SHLQ $2, BX
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R13
+	LEAQ (R13)(BX*1), DX
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ AX, AX
+	SHRQ $4, CX
+	JZ   q4reduce
+q4loop:
+	VMOVUPS (R8)(AX*1), Z16
+	VMOVUPS (R9)(AX*1), Z17
+	VMOVUPS (R13)(AX*1), Z18
+	VMOVUPS (DX)(AX*1), Z19
+	VMOVUPS (SI)(AX*1), Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z18, Z20, Z8
+	VFMADD231PS Z19, Z20, Z12
+	VMOVUPS (R10)(AX*1), Z21
+	VFMADD231PS Z16, Z21, Z1
+	VFMADD231PS Z17, Z21, Z5
+	VFMADD231PS Z18, Z21, Z9
+	VFMADD231PS Z19, Z21, Z13
+	VMOVUPS (R11)(AX*1), Z22
+	VFMADD231PS Z16, Z22, Z2
+	VFMADD231PS Z17, Z22, Z6
+	VFMADD231PS Z18, Z22, Z10
+	VFMADD231PS Z19, Z22, Z14
+	VMOVUPS (R12)(AX*1), Z23
+	VFMADD231PS Z16, Z23, Z3
+	VFMADD231PS Z17, Z23, Z7
+	VFMADD231PS Z18, Z23, Z11
+	VFMADD231PS Z19, Z23, Z15
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  q4loop
+q4reduce:
+	VEXTRACTF64X4 $1, Z0, Y16
+	VADDPS Y16, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X16
+	VADDPS X16, X0, X0
+	VEXTRACTF64X4 $1, Z1, Y16
+	VADDPS Y16, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X16
+	VADDPS X16, X1, X1
+	VEXTRACTF64X4 $1, Z2, Y16
+	VADDPS Y16, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X16
+	VADDPS X16, X2, X2
+	VEXTRACTF64X4 $1, Z3, Y16
+	VADDPS Y16, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X16
+	VADDPS X16, X3, X3
+	VEXTRACTF64X4 $1, Z4, Y16
+	VADDPS Y16, Y4, Y4
+	VEXTRACTF32X4 $1, Y4, X16
+	VADDPS X16, X4, X4
+	VEXTRACTF64X4 $1, Z5, Y16
+	VADDPS Y16, Y5, Y5
+	VEXTRACTF32X4 $1, Y5, X16
+	VADDPS X16, X5, X5
+	VEXTRACTF64X4 $1, Z6, Y16
+	VADDPS Y16, Y6, Y6
+	VEXTRACTF32X4 $1, Y6, X16
+	VADDPS X16, X6, X6
+	VEXTRACTF64X4 $1, Z7, Y16
+	VADDPS Y16, Y7, Y7
+	VEXTRACTF32X4 $1, Y7, X16
+	VADDPS X16, X7, X7
+	VEXTRACTF64X4 $1, Z8, Y16
+	VADDPS Y16, Y8, Y8
+	VEXTRACTF32X4 $1, Y8, X16
+	VADDPS X16, X8, X8
+	VEXTRACTF64X4 $1, Z9, Y16
+	VADDPS Y16, Y9, Y9
+	VEXTRACTF32X4 $1, Y9, X16
+	VADDPS X16, X9, X9
+	VEXTRACTF64X4 $1, Z10, Y16
+	VADDPS Y16, Y10, Y10
+	VEXTRACTF32X4 $1, Y10, X16
+	VADDPS X16, X10, X10
+	VEXTRACTF64X4 $1, Z11, Y16
+	VADDPS Y16, Y11, Y11
+	VEXTRACTF32X4 $1, Y11, X16
+	VADDPS X16, X11, X11
+	VEXTRACTF64X4 $1, Z12, Y16
+	VADDPS Y16, Y12, Y12
+	VEXTRACTF32X4 $1, Y12, X16
+	VADDPS X16, X12, X12
+	VEXTRACTF64X4 $1, Z13, Y16
+	VADDPS Y16, Y13, Y13
+	VEXTRACTF32X4 $1, Y13, X16
+	VADDPS X16, X13, X13
+	VEXTRACTF64X4 $1, Z14, Y16
+	VADDPS Y16, Y14, Y14
+	VEXTRACTF32X4 $1, Y14, X16
+	VADDPS X16, X14, X14
+	VEXTRACTF64X4 $1, Z15, Y16
+	VADDPS Y16, Y15, Y15
+	VEXTRACTF32X4 $1, Y15, X16
+	VADDPS X16, X15, X15
+	VHADDPS X1, X0, X0
+	VHADDPS X3, X2, X2
+	VHADDPS X2, X0, X0
+	VMOVUPS X0, 0(DI)
+	VHADDPS X5, X4, X4
+	VHADDPS X7, X6, X6
+	VHADDPS X6, X4, X4
+	VMOVUPS X4, 16(DI)
+	VHADDPS X9, X8, X8
+	VHADDPS X11, X10, X10
+	VHADDPS X10, X8, X8
+	VMOVUPS X8, 32(DI)
+	VHADDPS X13, X12, X12
+	VHADDPS X15, X14, X14
+	VHADDPS X14, X12, X12
+	VMOVUPS X12, 48(DI)
+	VZEROUPPER
+	RET
