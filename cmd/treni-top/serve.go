@@ -1,14 +1,86 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/engine/demo"
+	"github.com/treni-top/treni-top/engine/serve"
+)
+
+// mainStartedAt is when package main finished initialising, i.e. just
+// before main runs: the end of the process_start stage and the start of
+// runtime_init in `treni-top serve`'s stage lines. It is set once and
+// never written again.
+var mainStartedAt = time.Now()
 
 func newServeCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "serve --model DIR",
-		Short:   "Run the built-in inference engine as an OpenAI-compatible server",
-		Example: "  treni-top serve --model ./qwen3-tiny --addr 127.0.0.1:8000",
+	var o serve.Options
+	var useDemo bool
+	var kvGiB float64
+	cmd := &cobra.Command{
+		Use:   "serve --model DIR",
+		Short: "Run the built-in inference engine as an OpenAI-compatible server",
+		Long: `Serve a Hugging Face model directory (Qwen3, Qwen2, Llama) with the built-in
+engine: /v1/completions, /v1/chat/completions (SSE streaming or not),
+/v1/models, /health and Prometheus /metrics. Each cold stage of startup is
+reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
+		Example: `  treni-top serve --model ./qwen3-tiny --addr 127.0.0.1:8000
+  treni-top serve --demo --warmup-passes 4`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return notLanded("'treni-top serve'", "issue 4 (built-in engine server)")
+			o.MainStart = mainStartedAt
+			if kvGiB < 0 {
+				return withExit(2, fmt.Errorf("--kv-gib %v: use a positive size", kvGiB))
+			}
+			o.KVBytes = int64(kvGiB * (1 << 30))
+			o.Stderr = cmd.ErrOrStderr()
+			if useDemo {
+				if o.ModelDir != "" {
+					return withExit(2, fmt.Errorf("--demo and --model both given; pick one"))
+				}
+				fmt.Fprintln(o.Stderr, "treni-top serve: preparing the demo checkpoint (created once in the user cache)")
+				start := time.Now()
+				dir, created, err := demo.Ensure(cmd.Context(), "")
+				if err != nil {
+					return withExit(2, err)
+				}
+				if created {
+					fmt.Fprintln(o.Stderr, "treni-top serve: created", dir)
+				}
+				o.ModelDir, o.ModelID = dir, demo.Name
+				// Creating the demo happens once per machine, inside
+				// runtime_init; say so, so a first run is not mistaken
+				// for a slow start.
+				o.InitAttrs = map[string]any{"demo_created": created, "demo_ensure_ms": time.Since(start).Milliseconds()}
+			}
+			if o.ModelDir == "" {
+				return withExit(2, fmt.Errorf("no model: pass --model DIR, or --demo"))
+			}
+			if err := serve.Run(cmd.Context(), o); err != nil {
+				return withExit(2, err)
+			}
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&o.ModelDir, "model", "", "Hugging Face model directory (config.json, safetensors, tokenizer.json)")
+	f.BoolVar(&useDemo, "demo", false, "serve the demo checkpoint, creating it in the user cache on first use")
+	f.StringVar(&o.ModelID, "served-model-name", "", "model name clients send (default: the directory name)")
+	f.StringVar(&o.Addr, "addr", "127.0.0.1:8000", "listen address (port 0 picks a free one)")
+	f.StringVar(&o.Device, "device", "auto", "auto, cpu or cuda")
+	f.StringVar(&o.APIKey, "api-key", os.Getenv("TRENI_API_KEY"), "require this Bearer token on /v1/* (default $TRENI_API_KEY)")
+	f.IntVar(&o.KVBlocks, "kv-blocks", 0, "KV cache blocks (default: max-batch sequences of 2048 positions)")
+	f.Float64Var(&kvGiB, "kv-gib", 0, "size the KV cache in GiB instead of blocks")
+	f.IntVar(&o.BlockSize, "block-size", 16, "positions per KV block")
+	f.IntVar(&o.MaxBatch, "max-batch", 16, "maximum running sequences")
+	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 256, "token budget of one step (long prompts are prefilled in chunks)")
+	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length cap (default: the model's, at most 8192)")
+	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
+	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
+	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost)")
+	return cmd
 }

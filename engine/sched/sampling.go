@@ -1,11 +1,10 @@
 package sched
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 )
 
 // Sampling chooses how the next token is drawn from the logits.
@@ -84,16 +83,19 @@ func (s *sampler) sample(logits []float32, p Sampling, rng *rand.Rand) int32 {
 		topP = 1
 	}
 	if p.TopK <= 0 && topP == 1 {
-		// Plain temperature sampling: one pass for the sum, one to draw.
+		// Plain temperature sampling: the weights are kept from the
+		// pass that sums them (exp is most of the cost), then drawn.
+		s.probs = s.probs[:0]
 		var z float64
 		for _, l := range logits {
-			z += weight(l)
+			w := weight(l)
+			s.probs = append(s.probs, w)
+			z += w
 		}
 		u := rng.Float64() * z
 		var acc float64
 		last := int32(0)
-		for i, l := range logits {
-			w := weight(l)
+		for i, w := range s.probs {
 			if w == 0 {
 				continue
 			}
@@ -144,7 +146,10 @@ func (s *sampler) sample(logits []float32, p Sampling, rng *rand.Rand) int32 {
 			}
 			if cut < 0 {
 				if p.TopK <= 0 && k < len(logits) {
-					k = min(k*4, len(logits))
+					k *= 8
+					if k*4 > len(logits) {
+						k = len(logits) // selecting most of it: take all
+					}
 					continue // the nucleus is wider than the head we took
 				}
 				cut = len(idx)
@@ -184,24 +189,39 @@ func argmax(logits []float32) int32 {
 }
 
 // top returns the indices of the k largest logits, largest first, ties by
-// lower index (so the result is deterministic).
+// lower index (so the result is deterministic). It keeps a bounded min-heap
+// of the best k seen so far: O(V log k) without allocating.
 func (s *sampler) top(logits []float32, k int) []int32 {
-	s.h = idxHeap{logits: logits, idx: s.h.idx[:0]}
+	h := &s.h
+	h.logits, h.idx = logits, h.idx[:0]
 	for i, l := range logits {
 		if l != l {
 			continue
 		}
-		if len(s.h.idx) < k {
-			heap.Push(&s.h, int32(i))
+		if k >= len(logits) {
+			h.idx = append(h.idx, int32(i)) // everything: sort below
 			continue
 		}
-		if s.h.less(s.h.idx[0], int32(i)) {
-			s.h.idx[0] = int32(i)
-			heap.Fix(&s.h, 0)
+		if len(h.idx) < k {
+			h.idx = append(h.idx, int32(i))
+			h.up(len(h.idx) - 1)
+			continue
+		}
+		if h.less(h.idx[0], int32(i)) {
+			h.idx[0] = int32(i)
+			h.down(0)
 		}
 	}
-	out := s.h.idx
-	sort.Slice(out, func(a, b int) bool { return s.h.less(out[b], out[a]) })
+	out := h.idx
+	slices.SortFunc(out, func(a, b int32) int {
+		if h.less(b, a) {
+			return -1
+		}
+		if a == b {
+			return 0
+		}
+		return 1
+	})
 	return out
 }
 
@@ -219,13 +239,32 @@ func (h *idxHeap) less(a, b int32) bool {
 	return a > b
 }
 
-func (h *idxHeap) Len() int           { return len(h.idx) }
-func (h *idxHeap) Less(i, j int) bool { return h.less(h.idx[i], h.idx[j]) }
-func (h *idxHeap) Swap(i, j int)      { h.idx[i], h.idx[j] = h.idx[j], h.idx[i] }
-func (h *idxHeap) Push(x any)         { h.idx = append(h.idx, x.(int32)) }
-func (h *idxHeap) Pop() any {
-	n := len(h.idx) - 1
-	x := h.idx[n]
-	h.idx = h.idx[:n]
-	return x
+func (h *idxHeap) up(j int) {
+	for j > 0 {
+		p := (j - 1) / 2
+		if !h.less(h.idx[j], h.idx[p]) {
+			return
+		}
+		h.idx[j], h.idx[p] = h.idx[p], h.idx[j]
+		j = p
+	}
+}
+
+func (h *idxHeap) down(j int) {
+	n := len(h.idx)
+	for {
+		l := 2*j + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h.less(h.idx[r], h.idx[l]) {
+			m = r
+		}
+		if !h.less(h.idx[m], h.idx[j]) {
+			return
+		}
+		h.idx[j], h.idx[m] = h.idx[m], h.idx[j]
+		j = m
+	}
 }

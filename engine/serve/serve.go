@@ -1,0 +1,453 @@
+// Package serve is the `treni-top serve` process: it loads a checkpoint,
+// starts the scheduler and the OpenAI-compatible server, and reports every
+// cold stage of its own startup as one JSON stage line on stderr
+// (trace.StageLine), so the launcher and the TUI can put the built-in
+// engine's cold start on the same time axis as any other server's.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/treni-top/treni-top/engine/cpu"
+	"github.com/treni-top/treni-top/engine/model"
+	"github.com/treni-top/treni-top/engine/sched"
+	"github.com/treni-top/treni-top/engine/server"
+	"github.com/treni-top/treni-top/engine/tokenizer"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Options configure Run. Zero values take the defaults named per field.
+type Options struct {
+	// ModelDir is the Hugging Face model directory to serve (required).
+	ModelDir string
+	// ModelID is the name clients send as "model" (default: the
+	// directory's base name).
+	ModelID string
+	// Addr is the listen address (default 127.0.0.1:8000; port 0 picks
+	// a free port, and the bound address is logged).
+	Addr string
+	// Device is auto, cpu or cuda (default auto).
+	Device string
+	// APIKey, when set, is required as a Bearer token on /v1/*.
+	APIKey string
+	// KVBlocks is the KV pool size in blocks; KVBytes sizes it in bytes
+	// instead. Default: MaxBatch sequences of 2048 positions, or one
+	// full context, whichever is larger.
+	KVBlocks int
+	KVBytes  int64
+	// BlockSize is positions per KV block (default 16).
+	BlockSize int
+	// MaxBatch caps running sequences (default 16).
+	MaxBatch int
+	// MaxBatchedTokens is the per-step token budget (default 256).
+	MaxBatchedTokens int
+	// MaxSeqLen caps the context (default: the model's, at most 8192).
+	MaxSeqLen int
+	// Threads for the CPU backend (default GOMAXPROCS).
+	Threads int
+	// WarmupPasses runs that many dummy forward passes (a prefill and a
+	// decode step each) before serving; the warmup stage.
+	WarmupPasses int
+	// KVTouchGiB allocates and touches that many GiB during kv_alloc, to
+	// reproduce a first-time allocation cost (diagnosis scenario D).
+	KVTouchGiB float64
+	// TokenizerCacheDir is passed to tokenizer.LoadWith ("" default,
+	// "-" disables).
+	TokenizerCacheDir string
+	// Stderr receives stage lines and log lines (default os.Stderr).
+	Stderr io.Writer
+	// MainStart is when the program's main began; runtime_init runs from
+	// it to the end of option validation (default: when Run is called).
+	MainStart time.Time
+	// Ready, if set, is called with the bound address once /health
+	// answers.
+	Ready func(addr string)
+	// InitAttrs are added to the runtime_init stage line: work the caller
+	// did between main and Run (e.g. preparing the demo checkpoint).
+	InitAttrs trace.Attrs
+}
+
+// emitter writes stage lines and log lines to one writer.
+type emitter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	log *log.Logger
+	pid int
+}
+
+func (e *emitter) stage(s trace.Stage, start, end time.Time, attrs trace.Attrs) {
+	l := trace.NewStageLine(s, start, end, attrs)
+	l.PID = e.pid
+	b := append(l.Marshal(), '\n')
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _ = e.w.Write(b)
+}
+
+// Write lets the logger share the writer's lock with stage lines, so lines
+// never interleave.
+func (e *emitter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.w.Write(p)
+}
+
+// Run starts the engine and serves until ctx ends. Startup failures return
+// an error that says what to fix; a clean shutdown returns nil.
+func Run(ctx context.Context, o Options) error {
+	runStart := time.Now()
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	em := &emitter{w: o.Stderr, pid: os.Getpid()}
+	em.log = log.New(em, "treni-top serve: ", log.LstdFlags|log.Lmicroseconds)
+	mainStart := o.MainStart
+	if mainStart.IsZero() {
+		mainStart = runStart
+	}
+	if ps, err := ProcessStart(); err != nil {
+		em.log.Printf("process_start not reported: %v", err)
+	} else {
+		if ps.After(mainStart) {
+			ps = mainStart // tick rounding never puts exec after main
+		}
+		em.stage(trace.StageProcessStart, ps, mainStart, trace.Attrs{"source": "/proc/self/stat starttime"})
+	}
+
+	// runtime_init: flags (parsed by the caller since MainStart) and options.
+	if err := o.normalize(em.log); err != nil {
+		return err
+	}
+	initEnd := time.Now()
+	initAttrs := trace.Attrs{"device": o.Device, "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	for k, v := range o.InitAttrs {
+		initAttrs[k] = v
+	}
+	em.stage(trace.StageRuntimeInit, mainStart, initEnd, initAttrs)
+
+	// The checkpoint (index, then page cache) and the tokenizer are
+	// independent: load them side by side.
+	var (
+		wg      sync.WaitGroup
+		tok     *tokenizer.Tokenizer
+		tokErr  error
+		loadCtx context.Context
+	)
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	// Consecutive stages share their boundary instant: the few
+	// microseconds between one stage's end and the next one's first line
+	// belong to the next stage, and on a loaded machine a descheduled
+	// goroutine must not open an unattributed gap.
+	var tokEnd time.Time
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := initEnd
+		t, st, err := tokenizer.LoadWith(o.ModelDir, tokenizer.LoadOptions{CacheDir: o.TokenizerCacheDir})
+		if err != nil {
+			tokErr = fmt.Errorf("load the tokenizer of %s: %w", o.ModelDir, err)
+			cancelLoad()
+			return
+		}
+		tok = t
+		tokEnd = time.Now()
+		em.stage(trace.StageTokenizerLoad, start, tokEnd, trace.Attrs{"vocab": st.Vocab, "merges": st.Merges, "json_bytes": st.JSONBytes, "cache_hit": st.CacheHit})
+	}()
+	ck, loadEnd, err := loadCheckpoint(loadCtx, o, em, initEnd)
+	wg.Wait()
+	if err != nil || tokErr != nil {
+		if ck != nil {
+			ck.Close()
+		}
+		return errors.Join(err, tokErr)
+	}
+	defer ck.Close()
+
+	cfg := ck.Config
+	maxSeq := cfg.MaxPositionEmbeddings
+	if maxSeq <= 0 || maxSeq > 8192 {
+		maxSeq = 8192
+	}
+	if o.MaxSeqLen > 0 {
+		maxSeq = min(maxSeq, o.MaxSeqLen)
+	}
+
+	// kv_alloc: the backend's KV pool (and the optional touched pool).
+	kvStart := loadEnd
+	if tokEnd.After(kvStart) {
+		kvStart = tokEnd
+	}
+	blocks := o.KVBlocks
+	perPos := kvBytesPerPosition(cfg)
+	if blocks <= 0 && o.KVBytes > 0 {
+		blocks = int(o.KVBytes / (perPos * int64(o.BlockSize)))
+	}
+	if blocks <= 0 {
+		blocks = max(o.MaxBatch*2048, maxSeq) / o.BlockSize
+	}
+	be, err := cpu.New(ck, cpu.Options{NumBlocks: blocks, BlockSize: o.BlockSize, Threads: o.Threads})
+	if err != nil {
+		return fmt.Errorf("create the CPU backend for %s (%d KV blocks of %d): %w", o.ModelDir, blocks, o.BlockSize, err)
+	}
+	defer be.Close()
+	var touched []byte
+	if o.KVTouchGiB > 0 {
+		touched = touchPool(o.KVTouchGiB)
+	}
+	s, err := sched.New(be, sched.Config{MaxBatch: o.MaxBatch, MaxBatchedTokens: o.MaxBatchedTokens, MaxSeqLen: maxSeq})
+	if err != nil {
+		return fmt.Errorf("create the scheduler: %w", err)
+	}
+	kvEnd := time.Now()
+	em.stage(trace.StageKVAlloc, kvStart, kvEnd, trace.Attrs{
+		"blocks": blocks, "block_size": o.BlockSize, "bytes": be.KVBytes(), "touched_bytes": int64(len(touched)), "max_seq_len": maxSeq,
+	})
+
+	hStart := kvEnd
+	if o.WarmupPasses > 0 {
+		tokens, err := warmup(ctx, be, s, o.WarmupPasses, maxSeq)
+		if err != nil {
+			return fmt.Errorf("warm-up forward pass: %w", err)
+		}
+		wEnd := time.Now()
+		em.stage(trace.StageWarmup, kvEnd, wEnd, trace.Attrs{"passes": o.WarmupPasses, "tokens": tokens})
+		hStart = wEnd
+	}
+
+	// http_ready: listener start → our own /health answers.
+	srv, err := server.New(s, tok, server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log,
+		FirstRequest: func(arrived, first time.Time, promptTokens int) {
+			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
+		}})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w; pick a free address with --addr", o.Addr, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	defer stopSched()
+	schedDone := make(chan error, 1)
+	go func() { schedDone <- s.Run(schedCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	if err := selfCheck(ctx, addr); err != nil {
+		stopSched()
+		_ = hs.Close()
+		<-schedDone
+		<-serveDone
+		return fmt.Errorf("the server did not answer its own health check on %s: %w", addr, err)
+	}
+	em.stage(trace.StageHTTPReady, hStart, time.Now(), trace.Attrs{"addr": addr})
+	em.log.Printf("serving %s on %s: %d KV blocks × %d positions, context %d, max batch %d", o.ModelID, be.Name(), blocks, o.BlockSize, maxSeq, o.MaxBatch)
+	em.log.Printf("listening on http://%s", addr)
+	if o.Ready != nil {
+		o.Ready(addr)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-serveDone:
+	}
+	// Ending the scheduler first finishes every open request, so the
+	// handlers return and Shutdown does not wait on streams.
+	stopSched()
+	<-schedDone
+	shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shCtx); err != nil {
+		_ = hs.Close()
+	}
+	if serveErr == nil {
+		serveErr = <-serveDone
+	}
+	runtime.KeepAlive(touched)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("HTTP server on %s failed: %w", addr, serveErr)
+	}
+	em.log.Printf("stopped")
+	return nil
+}
+
+// normalize fills defaults and rejects unusable options.
+func (o *Options) normalize(lg *log.Logger) error {
+	if o.ModelDir == "" {
+		return errors.New("no model directory; pass --model DIR (or --demo for the demo checkpoint)")
+	}
+	if abs, err := filepath.Abs(o.ModelDir); err == nil {
+		o.ModelDir = abs
+	}
+	if o.ModelID == "" {
+		o.ModelID = filepath.Base(o.ModelDir)
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:8000"
+	}
+	switch o.Device {
+	case "", "auto":
+		lg.Printf("device auto: this build has no CUDA backend yet, serving on the CPU")
+		o.Device = "cpu"
+	case "cpu":
+	case "cuda":
+		return errors.New("--device cuda: the CUDA backend has not landed in this build yet; use --device cpu (or auto)")
+	default:
+		return fmt.Errorf("--device %q: use auto, cpu or cuda", o.Device)
+	}
+	if o.BlockSize <= 0 {
+		o.BlockSize = 16
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 16
+	}
+	if o.MaxBatchedTokens <= 0 {
+		o.MaxBatchedTokens = 256
+	}
+	switch {
+	case o.WarmupPasses < 0:
+		return fmt.Errorf("--warmup-passes %d: use 0 or more", o.WarmupPasses)
+	case o.KVTouchGiB < 0 || o.KVTouchGiB > 1024:
+		return fmt.Errorf("--kv-touch-gib %v: use a size in GiB between 0 and 1024", o.KVTouchGiB)
+	case o.KVBlocks < 0 || o.KVBytes < 0:
+		return errors.New("KV pool size must not be negative")
+	}
+	return nil
+}
+
+// loadCheckpoint runs tensor_index_build then page_cache.
+// It returns the end of the last stage.
+func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time) (*model.Checkpoint, time.Time, error) {
+	ck, err := model.Open(o.ModelDir)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("open the checkpoint: %w", err)
+	}
+	st := ck.Stats
+	pStart := time.Now()
+	em.stage(trace.StageTensorIndexBuild, start, pStart, trace.Attrs{"tensors": st.Tensors, "bytes": st.Bytes, "files": st.Files, "header_bytes": st.HeaderBytes})
+	n, err := ck.Prefetch(ctx, 0)
+	if err != nil {
+		return ck, time.Time{}, fmt.Errorf("read the weights into the page cache: %w", err)
+	}
+	pEnd := time.Now()
+	gbps := 0.0
+	if d := pEnd.Sub(pStart).Seconds(); d > 0 {
+		gbps = float64(n) / d / 1e9
+	}
+	em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": n, "gb_per_s": round3(gbps), "files": len(ck.WeightFiles())})
+	return ck, pEnd, nil
+}
+
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
+// kvBytesPerPosition estimates the CPU backend's KV bytes per position (K
+// and V, every layer, float32) to turn a byte budget into blocks.
+func kvBytesPerPosition(c model.Config) int64 {
+	v := int64(2) * int64(c.NumLayers) * int64(c.NumKVHeads) * int64(c.HeadDim) * 4
+	if v <= 0 {
+		return 1
+	}
+	return v
+}
+
+// touchPool allocates gib GiB and writes one byte per page, so the cost of
+// faulting in a large first-time allocation shows up in kv_alloc.
+func touchPool(gib float64) []byte {
+	b := make([]byte, int64(gib*(1<<30)))
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	return b
+}
+
+// warmup runs passes of one 32-token prefill and one decode step directly
+// on the backend, on blocks borrowed from the scheduler's pool before the
+// scheduler starts (sequence id 0 is never handed out to a request).
+func warmup(ctx context.Context, be sched.Backend, s *sched.Scheduler, passes, maxSeq int) (int, error) {
+	n := min(32, maxSeq-1)
+	const warmSeq = 0
+	table, err := s.KV().Ensure(warmSeq, n+1)
+	if err != nil {
+		return 0, fmt.Errorf("no KV blocks for warm-up: %w", err)
+	}
+	defer s.KV().Release(warmSeq)
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i % be.VocabSize())
+	}
+	row := [][]float32{make([]float32, be.VocabSize())}
+	tokens := 0
+	for range passes {
+		if err := be.Forward(ctx, &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: warmSeq, Tokens: prompt, Pos: 0, Blocks: table, WantLogits: true}}}, row); err != nil {
+			return tokens, err
+		}
+		next := []int32{int32(argmax(row[0]))}
+		if err := be.Forward(ctx, &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: warmSeq, Tokens: next, Pos: n, Blocks: table, WantLogits: true}}}, row); err != nil {
+			return tokens, err
+		}
+		tokens += n + 1
+	}
+	return tokens, nil
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// selfCheck polls our own /health until it answers 200, so http_ready ends
+// when a client could really be served.
+func selfCheck(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/health"
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	defer client.CloseIdleConnections()
+	var last error
+	for range 50 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return last
+}

@@ -1,0 +1,116 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/engine/model/synth"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes Run makes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if _, err := synth.Write(context.Background(), synth.Options{Arch: "qwen3", Preset: synth.PresetTiny, OutDir: dir, Seed: 5, Workers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestRunInProcess(t *testing.T) {
+	dir := tinyModel(t)
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", KVBlocks: 64, KVTouchGiB: 0.01, WarmupPasses: 2,
+			TokenizerCacheDir: "-", Stderr: &stderr, APIKey: "k", Ready: func(a string) { ready <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run ended before ready: %v\n%s", err, stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatal("not ready after a minute")
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"completion_tokens":3`) {
+		t.Fatalf("chat: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var kv, first trace.StageLine
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if l, err := trace.ParseStageLine(line); err == nil {
+			switch l.Stage {
+			case trace.StageKVAlloc:
+				kv = l
+			case trace.StageFirstRequest:
+				first = l
+			}
+		}
+	}
+	if first.Stage == "" || first.EndNS <= first.StartNS || first.Attrs["prompt_tokens"] == nil {
+		t.Fatalf("no first_request stage line for the first request:\n%s", stderr.String())
+	}
+	gib := 0.01
+	if kv.Attrs["touched_bytes"] != float64(int64(gib*(1<<30))) {
+		t.Fatalf("kv_alloc attrs %v, want the touched pool reported", kv.Attrs)
+	}
+	if !strings.Contains(stderr.String(), "device auto") {
+		t.Fatalf("auto device choice not logged:\n%s", stderr.String())
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{ModelDir: "x", Device: "cuda"},
+		{ModelDir: "x", Device: "tpu"},
+		{ModelDir: "x", Device: "cpu", WarmupPasses: -1},
+		{ModelDir: "x", Device: "cpu", KVTouchGiB: -2},
+		{ModelDir: filepath.Join(t.TempDir(), "missing"), Device: "cpu"},
+	} {
+		o.Stderr = io.Discard
+		if err := Run(context.Background(), o); err == nil {
+			t.Errorf("Run(%+v) succeeded", o)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go"
+)
+
+// Clients that go away mid-stream (closed connection or cancelled context)
+// cancel their requests, and every KV block comes back.
+func TestDisconnectFreesBlocks(t *testing.T) {
+	e := newEnv(t, &fakeBackend{delay: time.Millisecond}, "")
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			path, body := "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":"client %d says hello","max_tokens":200,"stream":true}`, modelID, i)
+			if i%2 == 1 {
+				path, body = "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"client %d"}],"stream":true}`, modelID, i)
+			}
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.url+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			sc := bufio.NewScanner(resp.Body)
+			events := 0
+			for events < 3 && sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "data: ") {
+					events++
+				}
+			}
+			if events < 3 {
+				t.Errorf("client %d: stream ended after %d events", i, events)
+			}
+			// Half close the connection, half cancel the request.
+			if i%3 == 0 {
+				resp.Body.Close()
+			} else {
+				cancel()
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	e.waitNoBlocks(t)
+	m := e.s.Metrics()
+	if m.Requests["cancelled"] != 12 {
+		t.Fatalf("finished requests %v, want 12 cancelled", m.Requests)
+	}
+}
+
+// 64 concurrent streaming clients (the openai-go client) all finish with
+// their full output, no error, and no leaked KV block.
+func TestSixtyFourConcurrentStreams(t *testing.T) {
+	e := newEnv(t, &fakeBackend{}, "")
+	c := e.client()
+	const clients, maxTok = 64, 24
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prompt := fmt.Sprintf("request number %d asks", i)
+			want := e.tok.Decode(expected(e.tok.Encode(prompt), maxTok))
+			stream := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{
+				Model: modelID, Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)},
+				MaxTokens: openai.Int(maxTok), Temperature: openai.Float(0),
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+			})
+			var text strings.Builder
+			var usage int64
+			for stream.Next() {
+				ch := stream.Current()
+				for _, c := range ch.Choices {
+					text.WriteString(c.Text)
+				}
+				usage += ch.Usage.CompletionTokens
+			}
+			if err := stream.Err(); err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+				return
+			}
+			if text.String() != want || usage != maxTok {
+				errs <- fmt.Errorf("client %d: text %q usage %d, want %q %d", i, text.String(), usage, want, maxTok)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	e.waitNoBlocks(t)
+	if m := e.s.Metrics(); m.GeneratedTokens != clients*maxTok || m.TTFT.Count != clients {
+		t.Fatalf("metrics: generated %d ttft count %d", m.GeneratedTokens, m.TTFT.Count)
+	}
+}
+
+func TestHealthModelsMetrics(t *testing.T) {
+	e := newEnv(t, &fakeBackend{}, "")
+	for range 3 {
+		post(t, e.url+"/v1/completions", `{"model":"test-model","prompt":"hi","max_tokens":5}`, 200, nil)
+	}
+	get := func(path string) string {
+		resp, err := http.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	if h := get("/health"); !strings.Contains(h, "ok") {
+		t.Fatalf("/health: %s", h)
+	}
+	if m := get("/v1/models"); !strings.Contains(m, `"id":"test-model"`) || !strings.Contains(m, `"max_model_len":256`) {
+		t.Fatalf("/v1/models: %s", m)
+	}
+	text := get("/metrics")
+	vals := parseProm(t, text)
+	for name, want := range map[string]float64{
+		`treni_kv_blocks_total{model_name="test-model"}`:                                 2048,
+		`treni_kv_blocks_used{model_name="test-model"}`:                                  0,
+		`treni_generation_tokens_total{model_name="test-model"}`:                         15,
+		`treni_time_to_first_token_seconds_count{model_name="test-model"}`:               3,
+		`treni_time_to_first_token_seconds_bucket{model_name="test-model",le="+Inf"}`:    3,
+		`treni_inter_token_latency_seconds_count{model_name="test-model"}`:               12,
+		`treni_num_requests_running{model_name="test-model"}`:                            0,
+		`treni_request_finished_total{model_name="test-model",finished_reason="length"}`: 3,
+	} {
+		if got, ok := vals[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	// Buckets are cumulative.
+	prev := -1.0
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "treni_inter_token_latency_seconds_bucket") {
+			v := vals[line[:strings.LastIndex(line, " ")]]
+			if v < prev {
+				t.Fatalf("bucket counts decrease at %s", line)
+			}
+			prev = v
+		}
+	}
+}
+
+// parseProm checks the exposition format line by line and returns
+// sample → value.
+func parseProm(t *testing.T, text string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	typed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		if strings.HasPrefix(line, "# TYPE ") {
+			f := strings.Fields(line)
+			if len(f) != 4 {
+				t.Fatalf("bad TYPE line %q", line)
+			}
+			typed[f[2]] = true
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndex(line, " ")
+		if i < 0 {
+			t.Fatalf("bad sample line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad value in %q", line)
+		}
+		name := line[:i]
+		base := name
+		if j := strings.IndexByte(base, '{'); j >= 0 {
+			base = base[:j]
+		}
+		base = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(base, "_bucket"), "_sum"), "_count")
+		if !typed[base] {
+			t.Fatalf("sample %q has no TYPE line before it", line)
+		}
+		out[name] = v
+	}
+	return out
+}
