@@ -252,7 +252,16 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		// mapping on CPU.
 		B.TermMS = toMS(loadTerm + uploadTerm)
 	default:
-		if loadTerm+uploadTerm > 0 {
+		switch {
+		case loadTerm+uploadTerm == 0:
+		case residencyKnown:
+			// Partly resident: neither storage nor memory traffic can be
+			// said to dominate loading without timing them apart.
+			why := fmt.Sprintf("a page cache neither cold nor warm (%.0f%% resident before launch; cold is < %.0f%%, warm ≥ %.0f%%): evict (--evict-page-cache) or pre-read the weights to decide",
+				100*f.ResidentBefore, 100*ColdResidency, 100*WarmResidency)
+			A.Missing = append(A.Missing, why)
+			B.Missing = append(B.Missing, why)
+		default:
 			A.Missing = append(A.Missing, "page-cache residency of the weight files (page-cache sampler, or run with --evict-page-cache)")
 			B.Missing = append(B.Missing, "page-cache residency of the weight files (page-cache sampler)")
 		}
