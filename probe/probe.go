@@ -60,10 +60,23 @@ type Sampler interface {
 	Sample(ctx context.Context) ([]trace.Sample, error)
 }
 
+// Waiter is implemented by samplers whose readings mostly wait rather than
+// compute (NVML samples each PCIe counter over a ~20 ms window inside the
+// call). Their wall-clock cost says nothing about CPU, so the duty-cycle
+// limit (maxDutyInverse) does not apply to them: they are spaced by the
+// interval alone, each in its own goroutine so its waiting delays no other
+// sampler.
+type Waiter interface {
+	Sampler
+	// MostlyWaits reports whether the reading's time is mostly spent
+	// waiting.
+	MostlyWaits() bool
+}
+
 // Runner calls its samplers at an interval that can be changed while it
-// runs, and emits each reading as a KindSample event. Each sampler has its
-// own goroutine, so a slow one (NVML's PCIe counter blocks for ~20 ms) does
-// not delay the others.
+// runs, and emits each reading as a KindSample event. A Waiter (NVML's PCIe
+// counter blocks for ~20 ms) has its own goroutine so it does not delay the
+// others.
 type Runner struct {
 	sink     trace.Sink
 	clock    trace.Clock
@@ -115,16 +128,36 @@ func (r *Runner) changedCh() <-chan struct{} {
 
 // Run samples until ctx is cancelled, then waits for every sampler goroutine
 // to return. It returns ctx's error, or nil when there are no samplers.
+//
+// Samplers that compute (process tree, page cache) share one goroutine and
+// are read on the same wake-up: on a VM, waking a thread costs about as
+// much CPU as a cheap reading, so one wake per tick instead of one per
+// sampler is most of the saving. Each Waiter gets its own goroutine so that
+// its waiting does not delay the others.
 func (r *Runner) Run(ctx context.Context) error {
 	if len(r.samplers) == 0 {
 		return nil
 	}
-	var wg sync.WaitGroup
+	var groups [][]*slot
+	var shared []*slot
 	for _, s := range r.samplers {
+		sl := &slot{s: s}
+		if w, ok := s.(Waiter); ok && w.MostlyWaits() {
+			sl.waits = true
+			groups = append(groups, []*slot{sl})
+			continue
+		}
+		shared = append(shared, sl)
+	}
+	if len(shared) > 0 {
+		groups = append(groups, shared)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.loop(ctx, s)
+			r.loop(ctx, g)
 		}()
 	}
 	wg.Wait()
@@ -137,82 +170,129 @@ func RunSamplers(ctx context.Context, sink trace.Sink, clock trace.Clock, interv
 	return NewRunner(sink, clock, interval, samplers...).Run(ctx)
 }
 
-// loop is one sampler's goroutine.
-func (r *Runner) loop(ctx context.Context, s Sampler) {
-	failures := 0
-	reported := false
+// slot is one sampler's scheduling and failure state.
+type slot struct {
+	s        Sampler
+	waits    bool // a Waiter: its cost is not CPU
+	failures int  // consecutive
+	reported bool // MarkerSamplerFailing emitted for this streak
+	next     time.Time
+}
+
+// coalesce is how early a sampler may be read to share a wake-up with
+// another that is due.
+const coalesce = time.Millisecond
+
+// loop is the goroutine of one group of samplers.
+func (r *Runner) loop(ctx context.Context, slots []*slot) {
 	// Go ≥ 1.23 timers: Stop and Reset need no draining.
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var wait time.Duration
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		if wait > 0 {
-			changed := r.changedCh()
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			case <-changed:
-				// The interval changed (say to ColdInterval for a cold
-				// start): wait the new interval from now instead of
-				// finishing the old, longer wait.
-				timer.Stop()
-				wait = r.wait(0, failures)
+		wake := time.Now()
+		for _, sl := range slots {
+			if sl.next.Sub(wake) > coalesce {
 				continue
 			}
+			cost := r.sampleOnce(ctx, sl)
+			if ctx.Err() != nil {
+				return
+			}
+			if sl.waits {
+				cost = 0
+			}
+			// Scheduled from the wake-up, not from the reading's end, so
+			// samplers of one group stay on the same tick.
+			sl.next = wake.Add(r.period(cost, sl.failures))
 		}
-
-		began := time.Now()
-		samples, err := s.Sample(ctx)
-		cost := time.Since(began)
-		if ctx.Err() != nil {
+		earliest := slots[0].next
+		for _, sl := range slots[1:] {
+			if sl.next.Before(earliest) {
+				earliest = sl.next
+			}
+		}
+		d := time.Until(earliest)
+		if d <= 0 {
+			continue
+		}
+		changed := r.changedCh()
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
 			return
-		}
-		at := r.clock.Now()
-		run := int(r.run.Load())
-		if err != nil {
-			failures++
-			if failures == FailuresBeforeReport && !reported {
-				reported = true
-				r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
-					Name:  MarkerSamplerFailing,
-					Attrs: trace.Attrs{"sampler": s.Name(), "error": err.Error(), "failures": failures},
-				}})
-			}
-		} else {
-			if reported {
-				r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
-					Name:  MarkerSamplerRecovered,
-					Attrs: trace.Attrs{"sampler": s.Name(), "failures": failures},
-				}})
-			}
-			failures, reported = 0, false
-			for i := range samples {
-				sm := samples[i]
-				r.sink.Emit(trace.Event{At: at, Kind: trace.KindSample, Run: run, Sample: &sm})
+		case <-timer.C:
+		case <-changed:
+			// The interval changed (say to ColdInterval for a cold
+			// start): a reading due later than one new interval from now
+			// comes sooner.
+			timer.Stop()
+			now := time.Now()
+			for _, sl := range slots {
+				if n := now.Add(r.period(0, sl.failures)); n.Before(sl.next) {
+					sl.next = n
+				}
 			}
 		}
-		wait = r.wait(cost, failures)
 	}
 }
 
-// wait is how long to sleep before the next reading. Readings are spaced by
-// the interval; a sampler that costs more than half its interval is spaced
-// by its own cost instead, so one slow sampler never takes more than half a
-// core. A failing sampler backs off exponentially up to maxBackoff.
-func (r *Runner) wait(cost time.Duration, failures int) time.Duration {
-	iv := r.Interval()
-	d := iv - cost
-	if d < cost {
-		d = cost
+// sampleOnce takes one reading, emits it or handles the failure, and
+// returns its wall-clock cost.
+func (r *Runner) sampleOnce(ctx context.Context, sl *slot) time.Duration {
+	began := time.Now()
+	samples, err := sl.s.Sample(ctx)
+	cost := time.Since(began)
+	if ctx.Err() != nil {
+		return cost
+	}
+	at := r.clock.Now()
+	run := int(r.run.Load())
+	if err != nil {
+		sl.failures++
+		if sl.failures == FailuresBeforeReport && !sl.reported {
+			sl.reported = true
+			r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
+				Name:  MarkerSamplerFailing,
+				Attrs: trace.Attrs{"sampler": sl.s.Name(), "error": err.Error(), "failures": sl.failures},
+			}})
+		}
+		return cost
+	}
+	if sl.reported {
+		r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
+			Name:  MarkerSamplerRecovered,
+			Attrs: trace.Attrs{"sampler": sl.s.Name(), "failures": sl.failures},
+		}})
+	}
+	sl.failures, sl.reported = 0, false
+	for i := range samples {
+		sm := samples[i]
+		r.sink.Emit(trace.Event{At: at, Kind: trace.KindSample, Run: run, Sample: &sm})
+	}
+	return cost
+}
+
+// maxDutyInverse bounds each sampler's share of a core: its readings start
+// at least maxDutyInverse+1 times its cost apart (≤ 5 %). Readings are cheap
+// when it matters most (a cold page cache makes residency cheap to read),
+// and a sampler that gets expensive (residency of a fully cached 70 GB
+// checkpoint) slows down instead of eating the profiled machine's CPU.
+const maxDutyInverse = 19
+
+// period is the time from one reading's start to the next: the interval,
+// but at least (maxDutyInverse+1) times the reading's cost, and backing off
+// exponentially up to maxBackoff while the sampler fails.
+func (r *Runner) period(cost time.Duration, failures int) time.Duration {
+	d := r.Interval()
+	if m := cost * (maxDutyInverse + 1); d < m {
+		d = m
 	}
 	if failures >= FailuresBeforeReport {
-		b := iv
+		b := r.Interval()
 		for i := FailuresBeforeReport; i <= failures && b < maxBackoff; i++ {
 			b *= 2
 		}

@@ -152,15 +152,15 @@ func TestFailingSamplerReportsOnceAndRecovers(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	r := NewRunner(&recorder{}, trace.NewClock(), 100*time.Millisecond)
-	if d := r.wait(time.Millisecond, 0); d != 99*time.Millisecond {
-		t.Fatalf("healthy wait = %v", d)
+	if d := r.period(time.Millisecond, 0); d != 100*time.Millisecond {
+		t.Fatalf("healthy period = %v", d)
 	}
-	if d := r.wait(80*time.Millisecond, 0); d != 80*time.Millisecond {
-		t.Fatalf("slow sampler wait = %v, want its own cost", d)
+	if d := r.period(80*time.Millisecond, 0); d != 80*time.Millisecond*(maxDutyInverse+1) {
+		t.Fatalf("slow sampler period = %v, want %d times its cost", d, maxDutyInverse+1)
 	}
 	prev := time.Duration(0)
 	for f := FailuresBeforeReport; f < FailuresBeforeReport+10; f++ {
-		d := r.wait(0, f)
+		d := r.period(0, f)
 		if d < prev || d > maxBackoff {
 			t.Fatalf("backoff after %d failures = %v (previous %v)", f, d, prev)
 		}
@@ -168,6 +168,36 @@ func TestBackoff(t *testing.T) {
 	}
 	if prev != maxBackoff {
 		t.Fatalf("backoff tops out at %v, want %v", prev, maxBackoff)
+	}
+}
+
+// waiter is a fake Waiter that blocks like NVML's PCIe counter.
+type waiter struct{ fake }
+
+func (w *waiter) MostlyWaits() bool { return true }
+func (w *waiter) Sample(ctx context.Context) ([]trace.Sample, error) {
+	time.Sleep(30 * time.Millisecond)
+	return w.fake.Sample(ctx)
+}
+
+func TestGroupsShareTicksAndWaitersDoNotDelay(t *testing.T) {
+	rec := &recorder{}
+	a, b, w := &fake{}, &fake{}, &waiter{}
+	r := NewRunner(rec, trace.NewClock(), 5*time.Millisecond, a, b, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	// The computing samplers keep their 5 ms pace although the waiter
+	// takes 30 ms per reading.
+	waitFor(t, "readings of the shared group", func() bool { return a.calls.Load() >= 20 })
+	cancel()
+	<-done
+	if w.calls.Load() >= a.calls.Load() {
+		t.Fatalf("waiter %d readings, computing sampler %d: the waiter held the others back", w.calls.Load(), a.calls.Load())
+	}
+	// Samplers of one group are read on the same wake-up.
+	if d := a.calls.Load() - b.calls.Load(); d < -1 || d > 1 {
+		t.Fatalf("grouped samplers drifted apart: %d vs %d readings", a.calls.Load(), b.calls.Load())
 	}
 }
 
