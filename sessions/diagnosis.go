@@ -321,6 +321,13 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		}
 	}
 
+	if !f.HaveGPU && uploadTerm == 0 {
+		// On the CPU backend "resident memory" is the process's own
+		// mapping of the weights: faulting the pages in, not a PCIe copy.
+		B.NextKnob = "pre-fault the mapping in parallel (madvise WILLNEED, MAP_POPULATE), use huge pages, or keep a warm process so the weights stay mapped"
+		B.Evidence = append(B.Evidence, Evidence{"device", "CPU: loading is mapping the cached weights into the process"})
+	}
+
 	// Shares and verdicts for A–E.
 	for _, code := range []string{"A", "B", "C", "D", "E"} {
 		h := rows[code]
