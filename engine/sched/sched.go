@@ -409,7 +409,6 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	}
 	now := time.Now()
 	toks := s.sampleAll(b, owners, logits)
-	var generated uint64
 	for i, c := range b.Seqs {
 		sq := owners[i]
 		if s.bySeq[sq.id] != sq {
@@ -422,8 +421,10 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 		tok := toks[i]
 		sq.tokens = append(sq.tokens, tok)
 		sq.res.CompletionTokens++
-		generated++
+		// Counted before the token is delivered, so that a client that
+		// has its last token never reads a /metrics that lacks it.
 		s.m.mu.Lock()
+		s.m.generated++
 		if sq.res.FirstToken.IsZero() {
 			sq.res.FirstToken = now
 			s.m.ttft.observe(now.Sub(sq.res.Submitted))
@@ -444,9 +445,6 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			s.end(sq, FinishLength, nil)
 		}
 	}
-	s.m.mu.Lock()
-	s.m.generated += generated
-	s.m.mu.Unlock()
 }
 
 // sampleAll draws the next token of every chunk that asked for logits.

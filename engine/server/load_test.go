@@ -135,6 +135,9 @@ func TestHealthModelsMetrics(t *testing.T) {
 	if m := get("/v1/models"); !strings.Contains(m, `"id":"test-model"`) || !strings.Contains(m, `"max_model_len":256`) {
 		t.Fatalf("/v1/models: %s", m)
 	}
+	// A response can reach the client a moment before the scheduler has
+	// moved its finished sequence out of the running set.
+	e.waitNoBlocks(t)
 	text := get("/metrics")
 	vals := parseProm(t, text)
 	for name, want := range map[string]float64{
