@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// Every subcommand documents itself with a short line, help text and an
+// example (issue 2).
+func TestEveryCommandHasHelpAndExample(t *testing.T) {
+	var walk func(c *cobra.Command)
+	seen := map[string]bool{}
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			seen[sub.CommandPath()] = true
+			if sub.Short == "" || strings.TrimSpace(sub.Example) == "" {
+				t.Errorf("%s: Short %q, Example %q", sub.CommandPath(), sub.Short, sub.Example)
+			}
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	for _, want := range []string{"run", "attach", "replay", "report", "diff", "import", "serve", "bench", "model", "model synth", "model inspect", "model tokenize", "doctor", "version"} {
+		if !seen["treni-top "+want] {
+			t.Errorf("subcommand %q missing (have %v)", want, seen)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil || !strings.HasPrefix(out.String(), "treni-top ") {
+		t.Fatalf("version: %v %q", err, out.String())
+	}
+}
+
+// diff's exit codes are its CI contract: 0 no regression, 1 regression,
+// 2 unusable input.
+func TestDiffExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	header := `{"format":"treni-top-session","version":"1.0","tool_version":"t","created":"2026-11-22T00:00:00Z","host":{"hostname":"h","os":"linux","arch":"amd64","cpus":2},"target":{"kind":"builtin"}}`
+	session := func(name string, ms int) string {
+		return write(name, header+"\n"+
+			`{"t":0,"kind":"process","process":{"action":"start","pid":1}}`+"\n"+
+			`{"t":`+strconv.Itoa(ms*1e6)+`,"kind":"stage","stage":{"name":"page_cache","start":0,"end":`+strconv.Itoa(ms*1e6)+`}}`+"\n"+
+			`{"t":`+strconv.Itoa(ms*1e6)+`,"kind":"marker","marker":{"name":"healthy"}}`+"\n")
+	}
+	base := session("base.jsonl", 100)
+	same := session("same.jsonl", 101)
+	slow := session("slow.jsonl", 150)
+	garbage := write("garbage.jsonl", "not a session\n")
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"diff", base, "--against", same}, 0},
+		{[]string{"diff", base, "--against", slow}, 1},
+		{[]string{"diff", base, "--against", slow, "--threshold", "0.6"}, 0},
+		{[]string{"diff", base, "--against", slow, "--json"}, 1},
+		{[]string{"diff", base, "--against", garbage}, 2},
+		{[]string{"diff", base}, 2},
+		{[]string{"diff", base, "--against", filepath.Join(dir, "missing.jsonl")}, 2},
+		{[]string{"report", garbage}, 2},
+		{[]string{"report", base, "--format", "nope"}, 2},
+	} {
+		if got := execute(c.args); got != c.want {
+			t.Errorf("treni-top %s: exit %d, want %d", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+}
