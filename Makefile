@@ -40,3 +40,6 @@ e2e-ollama:
 
 clean:
 	rm -rf bin
+
+# make kernels / make kernels-check: the CUDA fatbin, where nvcc exists.
+include engine/cuda/kernels/Makefile.kernels

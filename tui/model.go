@@ -35,7 +35,14 @@ const (
 	// first event, so a flood costs one message (and one render) per window
 	// rather than one per event.
 	batchWindow = 5 * time.Millisecond
-	maxBatch    = 8192
+	// sampleWindow is how long samples alone are gathered before a redraw:
+	// charts move four times a second on an idle target.
+	sampleWindow = 250 * time.Millisecond
+	// diagSamplesEvery is how often new samples alone refresh the
+	// diagnosis (its evidence is read in the cold window, which new samples
+	// rarely touch once the target is up).
+	diagSamplesEvery = 5 * time.Second
+	maxBatch         = 8192
 	// tickEvery refreshes the elapsed time and replay position; it only
 	// runs when there is a clock to show.
 	tickEvery = 500 * time.Millisecond
@@ -140,7 +147,16 @@ func waitEvents(sub *trace.Subscription) tea.Cmd {
 			return eventsMsg{closed: true}
 		}
 		evs := []trace.Event{e}
-		timer := time.NewTimer(batchWindow)
+		// Samples only move the charts: while nothing else arrives, gather
+		// them for sampleWindow so that an idle target costs a few redraws
+		// a second, not one per sampler tick. Anything else (a stage, a
+		// token, a log line) is shown within batchWindow.
+		onlySamples := e.Kind == trace.KindSample
+		window := batchWindow
+		if onlySamples {
+			window = sampleWindow
+		}
+		timer := time.NewTimer(window)
 		defer timer.Stop()
 		for len(evs) < maxBatch {
 			select {
@@ -149,6 +165,13 @@ func waitEvents(sub *trace.Subscription) tea.Cmd {
 					return eventsMsg{evs: evs, closed: true}
 				}
 				evs = append(evs, e)
+				if onlySamples && e.Kind != trace.KindSample {
+					onlySamples = false
+					if !timer.Stop() {
+						<-timer.C
+					}
+					timer.Reset(batchWindow)
+				}
 			case <-timer.C:
 				return eventsMsg{evs: evs}
 			}

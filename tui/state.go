@@ -83,7 +83,9 @@ type state struct {
 	diag      sessions.Diagnosis
 	diagAt    time.Time
 	hasDiag   bool
-	dirty     bool // events applied since the last analyze
+	dirty     bool // non-sample events applied since the last analyze
+	// samplesDirty: samples applied since the last diagnosis.
+	samplesDirty bool
 	version   int  // bumped by analyze; panes cache on it
 	processes int  // process start events seen
 	resets    int  // replay resets seen (for tests and the status line)
@@ -113,15 +115,19 @@ func (s *state) applyOne(e trace.Event) {
 	if e.Validate() != nil {
 		return // a malformed event must not crash the UI
 	}
-	s.dirty = true
 	if e.At > s.last {
 		s.last = e.At
 	}
 	s.events = append(s.events, e)
-	switch e.Kind {
-	case trace.KindSample:
+	if e.Kind == trace.KindSample {
+		// Runs do not depend on samples; only the diagnosis reads them,
+		// and it is refreshed at a slower pace for samples alone.
+		s.samplesDirty = true
 		s.applySample(e.At, e.Sample)
 		return
+	}
+	s.dirty = true
+	switch e.Kind {
 	case trace.KindLog:
 		s.logs = append(s.logs, logLine{at: e.At, run: e.Run, stream: e.Log.Stream, text: e.Log.Text, stage: e.Log.Stage})
 		if len(s.logs) > maxLogLines {
@@ -188,14 +194,20 @@ func sum(m map[string]float64) float64 {
 // clock): stages still open are drawn up to it, so bars grow between the
 // producer's updates.
 func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
-	if !s.dirty && s.hasDiag {
+	diagDue := final || !s.hasDiag ||
+		s.dirty && now.Sub(s.diagAt) >= time.Second ||
+		s.samplesDirty && now.Sub(s.diagAt) >= diagSamplesEvery
+	if !s.dirty && !diagDue {
 		return
 	}
-	s.runs = sessions.Analyze(s.core)
-	s.growOpen(nowOff)
-	if final || !s.hasDiag || now.Sub(s.diagAt) >= time.Second {
+	if s.dirty || final {
+		s.runs = sessions.Analyze(s.core)
+		s.growOpen(nowOff)
+	}
+	if diagDue {
 		s.diag = sessions.Diagnose(s.events)
 		s.diagAt, s.hasDiag = now, true
+		s.samplesDirty = false
 	}
 	s.dirty = false
 	s.version++

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -53,6 +54,29 @@ Plain 'treni-top' is 'treni-top run' on the built-in engine's demo model.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+	}
+	// --cpuprofile FILE writes a Go CPU profile of this process (go tool
+	// pprof FILE): the profiler profiles itself when its own cost is in
+	// question.
+	var cpuprofile string
+	var profFile *os.File
+	root.PersistentFlags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of treni-top itself to this file")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuprofile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return withExit(2, fmt.Errorf("create --cpuprofile file: %w", err))
+		}
+		profFile = f
+		return pprof.StartCPUProfile(f)
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if profFile != nil {
+			pprof.StopCPUProfile()
+			profFile.Close()
+		}
 	}
 	root.AddCommand(
 		newRunCmd(), newAttachCmd(), newReplayCmd(), newReportCmd(), newDiffCmd(),

@@ -165,6 +165,12 @@ func (s *Stream) CopyHtoDAsync(dst DevicePtr, src unsafe.Pointer, n int) error {
 	return s.c.d.check("cuMemcpyHtoDAsync", C.tt_cuMemcpyHtoDAsync(s.c.d.c, C.tt_CUdeviceptr(dst), src, C.size_t(n), s.s))
 }
 
+// CopyDtoHAsync enqueues a device→host copy; dst must be pinned for the
+// copy to be asynchronous, and must not be read before the stream syncs.
+func (s *Stream) CopyDtoHAsync(dst unsafe.Pointer, src DevicePtr, n int) error {
+	return s.c.d.check("cuMemcpyDtoHAsync", C.tt_cuMemcpyDtoHAsync(s.c.d.c, dst, C.tt_CUdeviceptr(src), C.size_t(n), s.s))
+}
+
 // CopyDtoDAsync enqueues a device→device copy.
 func (s *Stream) CopyDtoDAsync(dst, src DevicePtr, n int) error {
 	return s.c.d.check("cuMemcpyDtoDAsync", C.tt_cuMemcpyDtoDAsync(s.c.d.c, C.tt_CUdeviceptr(dst), C.tt_CUdeviceptr(src), C.size_t(n), s.s))

@@ -29,6 +29,34 @@ type Library struct {
 	Fix   string   `json:"fix,omitempty"`
 }
 
+// KernelsInfo describes the CUDA kernels this binary carries.
+type KernelsInfo struct {
+	Found bool   `json:"found"`
+	Bytes int    `json:"bytes,omitempty"`
+	NVCC  string `json:"nvcc,omitempty"`
+	// Source is "embedded" or the file named by FatbinEnv.
+	Source string `json:"source,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+func kernelsInfo() KernelsInfo {
+	var k KernelsInfo
+	img, err := KernelImage()
+	if err != nil {
+		k.Error = err.Error()
+		k.Fix = "run make kernels on a machine with nvcc, or set " + FatbinEnv + " to a kernels.fatbin"
+		return k
+	}
+	k.Found, k.Bytes, k.Source = true, len(img), "embedded"
+	if p := os.Getenv(FatbinEnv); p != "" {
+		k.Source = p
+	} else if m, err := EmbeddedManifest(); err == nil {
+		k.NVCC = m.NVCC
+	}
+	return k
+}
+
 // DoctorReport is what `treni-top doctor` prints.
 type DoctorReport struct {
 	Driver        Library      `json:"driver"`
@@ -36,6 +64,8 @@ type DoctorReport struct {
 	InitError     string       `json:"init_error,omitempty"`
 	GPUs          []DeviceInfo `json:"gpus,omitempty"`
 	Libraries     []Library    `json:"libraries"`
+	// Kernels describes the fatbin compiled into this binary.
+	Kernels KernelsInfo `json:"kernels"`
 	// Usable says whether the CUDA backend can run here.
 	Usable bool `json:"usable"`
 }
@@ -156,7 +186,8 @@ func Doctor() DoctorReport {
 		cublas.Fix = "install the CUDA toolkit's cuBLAS (or pip install nvidia-cublas) and/or set " + LibDirEnv + " to the folder holding libcublasLt.so.*"
 	}
 	r.Libraries = append(r.Libraries, cublas)
-	r.Usable = r.Driver.Found && r.InitError == "" && len(r.GPUs) > 0 && cublas.Found
+	r.Kernels = kernelsInfo()
+	r.Usable = r.Driver.Found && r.InitError == "" && len(r.GPUs) > 0 && cublas.Found && r.Kernels.Found
 	return r
 }
 
@@ -191,6 +222,15 @@ func (r DoctorReport) Text() string {
 		} else {
 			fmt.Fprintf(&b, " (tried %d places)\n         fix: %s\n", len(l.Tried), l.Fix)
 		}
+	}
+	if r.Kernels.Found {
+		fmt.Fprintf(&b, "%-8s kernels: %d bytes (%s", "ok", r.Kernels.Bytes, r.Kernels.Source)
+		if r.Kernels.NVCC != "" {
+			fmt.Fprintf(&b, ", %s", r.Kernels.NVCC)
+		}
+		b.WriteString(")\n")
+	} else {
+		fmt.Fprintf(&b, "%-8s kernels: %s\n         fix: %s\n", "MISSING", r.Kernels.Error, r.Kernels.Fix)
 	}
 	if r.Usable {
 		b.WriteString("\nThe CUDA backend can run here.\n")

@@ -8,6 +8,12 @@
 //
 // A CUDA context is current per OS thread: all calls on a context belong on
 // one goroutine locked to its thread (see Runner).
+//
+// On top of that sit the kernels of kernels/kernels.cu, compiled by nvcc
+// into an embedded fatbin (LoadKernels, ops.go), cuBLASLt GEMMs with a
+// plan cache per shape (NewBLAS, blas.go), and Backend, the CUDA
+// sched.Backend (NewBackend, backend.go): device weights, a paged bf16 KV
+// pool and lazily captured decode graphs per batch-size bucket.
 package cuda
 
 /*

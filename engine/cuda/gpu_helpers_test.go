@@ -1,0 +1,180 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// gpu is one test's device: driver, primary context, kernels and a stream,
+// all on the test goroutine's locked OS thread.
+type gpu struct {
+	t *testing.T
+	d *Driver
+	c *Context
+	k *Kernels
+	s *Stream
+}
+
+// newGPU skips the test when there is no usable GPU (CI); on a machine
+// with one, every failure after that is a test failure.
+func newGPU(t *testing.T) *gpu {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	d, err := LoadDriver()
+	if err != nil {
+		t.Skipf("no CUDA driver, GPU test skipped: %v", err)
+	}
+	if err := d.Init(); err != nil {
+		t.Skipf("cuInit failed, GPU test skipped: %v", err)
+	}
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device, GPU test skipped (%v)", err)
+	}
+	c, err := d.RetainPrimary(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Release() })
+	k, err := c.LoadKernels()
+	if errors.Is(err, ErrNoKernels) {
+		t.Skipf("GPU present but no kernels in this build: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	s, err := c.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return &gpu{t: t, d: d, c: c, k: k, s: s}
+}
+
+func (g *gpu) ok(err error) {
+	g.t.Helper()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// alloc allocates n bytes poisoned with 0xFF (NaN for f32 and bf16, -1
+// for int32), so that unwritten outputs show.
+func (g *gpu) alloc(n int) DevicePtr {
+	g.t.Helper()
+	p, err := g.c.Alloc(n)
+	g.ok(err)
+	g.t.Cleanup(func() { g.c.Free(p) })
+	g.ok(g.s.Memset8Async(p, 0xff, n))
+	g.ok(g.s.Synchronize())
+	return p
+}
+
+func up[T any](g *gpu, v []T) DevicePtr {
+	g.t.Helper()
+	n := len(v) * int(unsafe.Sizeof(v[0]))
+	p := g.alloc(n)
+	g.ok(g.c.CopyHtoD(p, unsafe.Pointer(&v[0]), n))
+	// A pageable copy may return before the DMA lands; the kernels run on a
+	// non-blocking stream, so wait for the whole context.
+	g.ok(g.c.Synchronize())
+	return p
+}
+
+func upInto[T any](g *gpu, p DevicePtr, v []T) {
+	g.t.Helper()
+	g.ok(g.c.CopyHtoD(p, unsafe.Pointer(&v[0]), len(v)*int(unsafe.Sizeof(v[0]))))
+	g.ok(g.c.Synchronize())
+}
+
+func down[T any](g *gpu, p DevicePtr, n int) []T {
+	g.t.Helper()
+	g.ok(g.s.Synchronize())
+	v := make([]T, n)
+	g.ok(g.c.CopyDtoH(unsafe.Pointer(&v[0]), p, n*int(unsafe.Sizeof(v[0]))))
+	return v
+}
+
+func bf2f(u uint16) float32 { return math.Float32frombits(uint32(u) << 16) }
+
+func f2bf(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return 0x7fc0
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+func randBF16(r *rand.Rand, n int, scale float64) []uint16 {
+	v := make([]uint16, n)
+	for i := range v {
+		v[i] = f2bf(float32(r.NormFloat64() * scale))
+	}
+	return v
+}
+
+func randF32(r *rand.Rand, n int, mean, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(mean + r.NormFloat64()*scale)
+	}
+	return v
+}
+
+// errStats compares got with a float64 reference: max abs error, max
+// error relative to the element (for |ref| > floor), and ‖got−ref‖/‖ref‖.
+type errStats struct {
+	maxAbs, maxRel, relL2 float64
+	nan                   int
+}
+
+func compare(got []float32, ref []float64) errStats {
+	var s errStats
+	var num, den float64
+	refMax := 0.0
+	for _, r := range ref {
+		refMax = max(refMax, math.Abs(r))
+	}
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			s.nan++
+			continue
+		}
+		d := math.Abs(float64(g) - ref[i])
+		s.maxAbs = max(s.maxAbs, d)
+		if math.Abs(ref[i]) > 1e-3*refMax {
+			s.maxRel = max(s.maxRel, d/math.Abs(ref[i]))
+		}
+		num += d * d
+		den += ref[i] * ref[i]
+	}
+	if den > 0 {
+		s.relL2 = math.Sqrt(num / den)
+	}
+	return s
+}
+
+// check logs the statistics in one greppable line and fails when the
+// relative L2 error passes tol or any output is NaN (unwritten).
+func (g *gpu) check(name string, got []float32, ref []float64, tol float64) {
+	g.t.Helper()
+	s := compare(got, ref)
+	g.t.Logf("ERR %-28s n=%-7d max_abs=%.3g max_rel=%.3g rel_l2=%.3g tol=%.0e", name, len(got), s.maxAbs, s.maxRel, s.relL2, tol)
+	if s.nan > 0 || !(s.relL2 <= tol) {
+		g.t.Errorf("%s: %d NaN/unwritten, rel_l2 %.3g > %.0e", name, s.nan, s.relL2, tol)
+	}
+}
+
+func bfSlice(v []uint16) []float32 {
+	f := make([]float32, len(v))
+	for i, u := range v {
+		f[i] = bf2f(u)
+	}
+	return f
+}

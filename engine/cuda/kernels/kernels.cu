@@ -1,0 +1,415 @@
+// treni-top's CUDA kernels: everything in a decoder step except the GEMMs
+// (cuBLASLt). Storage is bf16 (weights, activations, KV cache) and the
+// residual stream is fp32; all arithmetic is fp32. They are written to be
+// simple and correct first: one block per row, no tensor cores. Every
+// kernel is extern "C" so the Go side finds it by name in the fatbin.
+//
+// Shapes: T tokens in the step, H hidden size, nh query heads, nkv KV
+// heads, hd head dim (even, at most 256), I intermediate size.
+//
+// Paged KV layout per layer, K and V separately:
+//   cache[((block * nkv + kvHead) * blockSize + slot) * hd + d]
+// A token's slot index is block*blockSize + pos%blockSize (computed on the
+// host from the scheduler's block table); a negative slot is a padding
+// token (graph-bucket padding) and stores nothing.
+#include "common.cuh"
+
+// ATT_THREADS threads per attention block; each owns ATT_DPT output dims,
+// so hd <= ATT_THREADS * ATT_DPT = 256.
+#define ATT_THREADS 128
+#define ATT_DPT 2
+
+extern "C" {
+
+// embed_bf16: x[t][:] = table[tokens[t]][:] widened to fp32 (the residual
+// stream). grid (T), any block size.
+__global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H) {
+	int t = blockIdx.x;
+	const bf16 *row = table + (long long)tokens[t] * H;
+	float *dst = x + (long long)t * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = bf2f(row[i]);
+}
+
+// rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
+// (the next GEMM's input). grid (T), block a multiple of 32.
+__global__ void rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
+	__shared__ float red[32];
+	int t = blockIdx.x;
+	const float *xr = x + (long long)t * H;
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
+	ss = block_sum(ss, red);
+	float scale = rsqrtf(ss / (float)H + eps);
+	bf16 *o = out + (long long)t * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) o[i] = f2bf(xr[i] * scale * w[i]);
+}
+
+// add_rmsnorm: x[t] += d[t] (residual add), then out[t] = RMSNorm(x[t]) * w.
+// The add is fused with the norm that always follows it, so the residual
+// row is read once. grid (T), block a multiple of 32.
+__global__ void add_rmsnorm(float *x, const float *d, bf16 *out, const float *w, int H, float eps) {
+	__shared__ float red[32];
+	int t = blockIdx.x;
+	float *xr = x + (long long)t * H;
+	const float *dr = d + (long long)t * H;
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) {
+		float v = xr[i] + dr[i];
+		xr[i] = v;
+		ss += v * v;
+	}
+	ss = block_sum(ss, red);
+	float scale = rsqrtf(ss / (float)H + eps);
+	bf16 *o = out + (long long)t * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) o[i] = f2bf(xr[i] * scale * w[i]);
+}
+
+// add_f32: x[i] += d[i] for n elements. grid ceil(n/block).
+__global__ void add_f32(float *x, const float *d, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) x[i] += d[i];
+}
+
+// bias_add_bf16: y[r][c] += b[c] (Qwen2's q/k/v biases when they are not
+// folded into qk_norm_rope_store). grid (rows), any block size.
+__global__ void bias_add_bf16(bf16 *y, const float *b, int cols) {
+	bf16 *row = y + (long long)blockIdx.x * cols;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] = f2bf(bf2f(row[c]) + b[c]);
+}
+
+// bias_add_f32: x[r][c] += b[c] on the f32 residual (Llama's o_proj bias
+// after the GEMM accumulated into the residual). grid (rows), any block.
+__global__ void bias_add_f32(float *x, const float *b, int cols) {
+	float *row = x + (long long)blockIdx.x * cols;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += b[c];
+}
+
+// swiglu: out[t][i] = silu(gu[t][i]) * gu[t][I+i], where gu is the fused
+// gate|up projection [T][2I]. grid (T), any block size.
+__global__ void swiglu(bf16 *out, const bf16 *gu, int I) {
+	int t = blockIdx.x;
+	const bf16 *g = gu + (long long)t * 2 * I;
+	const bf16 *u = g + I;
+	bf16 *o = out + (long long)t * I;
+	for (int i = threadIdx.x; i < I; i += blockDim.x) {
+		float a = bf2f(g[i]);
+		o[i] = f2bf(a / (1.f + expf(-a)) * bf2f(u[i]));
+	}
+}
+
+// qk_norm_rope_store works on one head of one token of the fused QKV
+// projection qkv [T][(nh + 2 nkv) hd] (bf16, in place):
+//   + bias (Qwen2; null for none),
+//   per-head RMSNorm with qnorm/knorm (Qwen3; null for none) on q and k,
+//   neox RoPE (rotate_half) on q and k at pos[t] with the inv_freq table
+//   (fp64, llama3 scaling already folded in),
+// then writes q back in place and stores k and v at slots[t] of this
+// layer's paged cache. The angle is computed in fp64 so that long
+// positions keep their precision. grid (T, nh + 2 nkv), block 128.
+__global__ void qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qnorm, const float *knorm,
+	const double *inv_freq, const int *pos, const int *slots, bf16 *kcache, bf16 *vcache,
+	int nh, int nkv, int hd, int block_size, float eps) {
+	__shared__ float red[32];
+	int t = blockIdx.x, h = blockIdx.y;
+	int stride = (nh + 2 * nkv) * hd;
+	bf16 *row = qkv + (long long)t * stride + h * hd;
+	const float *b = bias ? bias + h * hd : 0;
+	int half = hd / 2;
+	bool isq = h < nh, isk = !isq && h < nh + nkv;
+	// Each thread owns the pairs (i, i+half) for i = tid, tid+blockDim, ...
+	// At most two pairs per thread (hd <= 4 * blockDim).
+	float lo[2], hi[2];
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int i = threadIdx.x + k * blockDim.x;
+		lo[k] = 0.f;
+		hi[k] = 0.f;
+		if (i < half) {
+			lo[k] = bf2f(row[i]);
+			hi[k] = bf2f(row[i + half]);
+			if (b) {
+				// Round after the bias add as a bf16 linear layer would.
+				lo[k] = bf2f(f2bf(lo[k] + b[i]));
+				hi[k] = bf2f(f2bf(hi[k] + b[i + half]));
+			}
+		}
+	}
+	const float *nw = isq ? qnorm : (isk ? knorm : 0);
+	if (nw) {
+		float ss = 0.f;
+#pragma unroll
+		for (int k = 0; k < 2; k++) ss += lo[k] * lo[k] + hi[k] * hi[k];
+		ss = block_sum(ss, red);
+		float scale = rsqrtf(ss / (float)hd + eps);
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = threadIdx.x + k * blockDim.x;
+			if (i < half) {
+				lo[k] = lo[k] * scale * nw[i];
+				hi[k] = hi[k] * scale * nw[i + half];
+			}
+		}
+	}
+	int slot = slots[t];
+	bf16 *dst = row;
+	if (!isq) {
+		if (slot < 0) return; // padding token: nothing to store
+		int g = isk ? h - nh : h - nh - nkv;
+		long long blk = slot / block_size, off = slot % block_size;
+		dst = (isk ? kcache : vcache) + ((blk * nkv + g) * block_size + off) * hd;
+	}
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int i = threadIdx.x + k * blockDim.x;
+		if (i >= half) continue;
+		float a = lo[k], c = hi[k];
+		if (isq || isk) {
+			double ang = (double)pos[t] * inv_freq[i];
+			float cs = (float)cos(ang), sn = (float)sin(ang);
+			float na = a * cs - c * sn, nc = c * cs + a * sn;
+			a = na;
+			c = nc;
+		}
+		dst[i] = f2bf(a);
+		dst[i + half] = f2bf(c);
+	}
+}
+
+// paged_attention: causal grouped-query attention over the paged KV cache
+// for prefill chunks and decode tokens alike: query token t (position
+// pos[t] of sequence tok_seq[t]) attends to positions [0, pos[t]] through
+// that sequence's block table. The K/V of every token of the step must
+// already be stored. One block per (token, query head), online softmax over
+// chunks of ATT_THREADS keys; each thread scores one key of a chunk, then
+// accumulates its ATT_DPT output dims over the chunk's V rows.
+// q has row stride q_stride (it may live inside the fused qkv buffer); out
+// is [T][nh hd]. grid (T, nh), block ATT_THREADS.
+__global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf16 *kcache, const bf16 *vcache,
+	const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
+	int nh, int nkv, int hd, int block_size, float scale) {
+	__shared__ float qs[ATT_THREADS * ATT_DPT];
+	__shared__ float sc[ATT_THREADS];
+	__shared__ float red[32];
+	int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+	int g = h / (nh / nkv);
+	int n = pos[t] + 1;
+	const int *bt = block_tables + (long long)tok_seq[t] * bt_stride;
+	const bf16 *qr = q + (long long)t * q_stride + h * hd;
+	for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = bf2f(qr[d]);
+	__syncthreads();
+	float m = NEG_INF, l = 0.f;
+	float acc[ATT_DPT];
+#pragma unroll
+	for (int k = 0; k < ATT_DPT; k++) acc[k] = 0.f;
+	for (int j0 = 0; j0 < n; j0 += ATT_THREADS) {
+		int j = j0 + tid;
+		float s = NEG_INF;
+		if (j < n) {
+			long long blk = bt[j / block_size];
+			const bf16 *kr = kcache + ((blk * nkv + g) * block_size + j % block_size) * hd;
+			float dot = 0.f;
+			for (int d = 0; d < hd; d++) dot += qs[d] * bf2f(kr[d]);
+			s = dot * scale;
+		}
+		float cm = block_max(s, red);
+		float mn = fmaxf(m, cm); // finite: key j0 < n is always valid
+		float p = j < n ? expf(s - mn) : 0.f;
+		sc[tid] = p; // visible after the barriers inside block_sum
+		float cs = block_sum(p, red);
+		float corr = expf(m - mn); // 0 on the first chunk (m = -inf)
+		l = l * corr + cs;
+		int cnt = min(ATT_THREADS, n - j0);
+#pragma unroll
+		for (int k = 0; k < ATT_DPT; k++) {
+			int d = tid + k * ATT_THREADS;
+			if (d >= hd) continue;
+			float a = acc[k] * corr;
+			for (int jj = 0; jj < cnt; jj++) {
+				int jp = j0 + jj;
+				long long blk = bt[jp / block_size];
+				const bf16 *vr = vcache + ((blk * nkv + g) * block_size + jp % block_size) * hd;
+				a += sc[jj] * bf2f(vr[d]);
+			}
+			acc[k] = a;
+		}
+		m = mn;
+		__syncthreads(); // sc is rewritten by the next chunk
+	}
+	bf16 *o = out + (long long)t * nh * hd + h * hd;
+#pragma unroll
+	for (int k = 0; k < ATT_DPT; k++) {
+		int d = tid + k * ATT_THREADS;
+		if (d < hd) o[d] = f2bf(acc[k] / l);
+	}
+}
+
+} // extern "C"
+
+// ---- argmax and sampling -------------------------------------------------
+
+// Orders floats as unsigned keys: a > b as floats iff key(a) > key(b)
+// (NaN aside), so thresholds can be found exactly by building the key bit
+// by bit.
+__device__ __forceinline__ unsigned int fkey(float f) {
+	unsigned int u = __float_as_uint(f);
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+// block_argmax: the largest value and, among equal ones, the lowest index.
+// Every thread gets the index. rv/ri hold 32 entries each.
+__device__ __forceinline__ int block_argmax(const float *row, int V, float *rv, int *ri) {
+	float bv = NEG_INF;
+	int bi = 0x7fffffff;
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		float v = row[i];
+		if (v > bv) { bv = v; bi = i; } // i rises, so ties keep the first
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+	}
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+	__syncthreads();
+	if (lane == 0) { rv[w] = bv; ri[w] = bi; }
+	__syncthreads();
+	bv = lane < nw ? rv[lane] : NEG_INF;
+	bi = lane < nw ? ri[lane] : 0x7fffffff;
+	for (int o = 16; o > 0; o >>= 1) {
+		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+	}
+	return bi == 0x7fffffff ? 0 : bi;
+}
+
+#define SAMPLE_THREADS 1024
+
+extern "C" {
+
+// argmax_f32: out[r] = argmax(logits[r][:V]) (lowest index on ties).
+// grid (rows), block a multiple of 32.
+__global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
+	__shared__ float rv[32];
+	__shared__ int ri[32];
+	int r = blockIdx.x;
+	int i = block_argmax(logits + (long long)r * stride, V, rv, ri);
+	if (threadIdx.x == 0) out[r] = i;
+}
+
+// sample_f32 draws one token per row: temperature, then top-k, then top-p
+// (renormalised over the top-k survivors), as transformers applies them.
+// Per-row parameters live in device arrays so that a captured graph replays
+// with new values: temperature <= 0 means greedy; top_k <= 0 or >= V and
+// top_p >= 1 disable those filters. The uniform draw is a counter-based
+// hash (splitmix64 of seed and counter), and counter[r] is incremented on
+// the device, so replays advance the stream and a (seed, counter) pair
+// always gives the same token.
+//
+// Thresholds are exact on the float ordering: the k-th largest logit is
+// found by building its key bit by bit (32 counting passes), and the top-p
+// cut likewise (32 mass passes); ties at a threshold are all kept. The draw
+// then walks the kept tokens in index order. grid (rows), block
+// SAMPLE_THREADS.
+__global__ void sample_f32(int *out, const float *logits, int V, int stride, const float *temperature,
+	const int *top_k, const float *top_p, const unsigned long long *seed, unsigned long long *counter) {
+	__shared__ float red[32];
+	__shared__ int ri[32];
+	__shared__ float sums[SAMPLE_THREADS];
+	__shared__ int seg;
+	__shared__ float segpre;
+	int r = blockIdx.x, tid = threadIdx.x;
+	const float *row = logits + (long long)r * stride;
+	float temp = temperature[r];
+	if (!(temp > 0.f)) {
+		int i = block_argmax(row, V, red, ri);
+		if (tid == 0) { out[r] = i; counter[r] += 1; }
+		return;
+	}
+	float mx = NEG_INF;
+	for (int i = tid; i < V; i += blockDim.x) mx = fmaxf(mx, row[i]);
+	mx = block_max(mx, red);
+	float inv = 1.f / temp;
+	unsigned int tau = 0;
+	int k = top_k[r];
+	if (k > 0 && k < V) {
+		for (int bit = 31; bit >= 0; bit--) {
+			unsigned int cand = tau | (1u << bit);
+			float c = 0.f;
+			for (int i = tid; i < V; i += blockDim.x) c += fkey(row[i]) >= cand ? 1.f : 0.f;
+			c = block_sum(c, red);
+			if (c >= (float)k) tau = cand;
+		}
+	}
+	float p = top_p[r];
+	if (p < 1.f) {
+		float z = 0.f;
+		for (int i = tid; i < V; i += blockDim.x)
+			if (fkey(row[i]) >= tau) z += expf((row[i] - mx) * inv);
+		z = block_sum(z, red);
+		float need = p * z;
+		unsigned int tp = 0;
+		for (int bit = 31; bit >= 0; bit--) {
+			unsigned int cand = tp | (1u << bit);
+			unsigned int lo = cand > tau ? cand : tau;
+			float s = 0.f;
+			for (int i = tid; i < V; i += blockDim.x)
+				if (fkey(row[i]) >= lo) s += expf((row[i] - mx) * inv);
+			s = block_sum(s, red);
+			if (s >= need) tp = cand;
+		}
+		if (tp > tau) tau = tp;
+	}
+	// Each thread owns a contiguous range, so a prefix over the per-thread
+	// sums orders the kept tokens by index.
+	int chunk = (V + blockDim.x - 1) / blockDim.x;
+	int b0 = tid * chunk, b1 = min(V, b0 + chunk);
+	float s = 0.f;
+	for (int i = b0; i < b1; i++)
+		if (fkey(row[i]) >= tau) s += expf((row[i] - mx) * inv);
+	sums[tid] = s;
+	__syncthreads();
+	unsigned long long c = counter[r];
+	if (tid == 0) {
+		float total = 0.f;
+		for (int i = 0; i < (int)blockDim.x; i++) total += sums[i];
+		unsigned long long hsh = splitmix64(seed[r] ^ splitmix64(c));
+		float u = (float)(hsh >> 40) * (1.f / 16777216.f);
+		float target = u * total, pre = 0.f;
+		int sg = -1, last = 0;
+		float lastpre = 0.f;
+		for (int i = 0; i < (int)blockDim.x; i++) {
+			if (sums[i] > 0.f) {
+				last = i;
+				lastpre = pre;
+				if (sg < 0 && target < pre + sums[i]) { sg = i; segpre = pre; }
+			}
+			pre += sums[i];
+		}
+		if (sg < 0) { sg = last; segpre = lastpre; } // rounding pushed target past the end
+		seg = sg;
+		sums[0] = target; // reuse: the draw, read by the owner below
+	}
+	__syncthreads();
+	if (tid == seg) {
+		float target = sums[0] - segpre, acc = 0.f;
+		int pick = -1, lastkept = b0;
+		for (int i = b0; i < b1; i++) {
+			if (fkey(row[i]) < tau) continue;
+			lastkept = i;
+			acc += expf((row[i] - mx) * inv);
+			if (acc > target) { pick = i; break; }
+		}
+		out[r] = pick >= 0 ? pick : lastkept;
+		counter[r] = c + 1;
+	}
+}
+
+} // extern "C"

@@ -1,0 +1,119 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const manifestFix = "run make kernels on a machine with nvcc (or scripts/gpu-cuda-check.sh on the GPU machine) and commit kernels.fatbin and manifest.json"
+
+// TestKernelManifestMatchesSources keeps the committed fatbin honest: every
+// .cu/.cuh source must hash to what manifest.json recorded when the fatbin
+// was built, and the embedded fatbin must be the one the manifest names.
+func TestKernelManifestMatchesSources(t *testing.T) {
+	m, err := EmbeddedManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srcs []string
+	for _, pat := range []string{"kernels/*.cu", "kernels/*.cuh"} {
+		ms, _ := filepath.Glob(pat)
+		srcs = append(srcs, ms...)
+	}
+	sort.Strings(srcs)
+	if len(srcs) == 0 {
+		t.Fatal("no kernel sources under engine/cuda/kernels")
+	}
+	seen := map[string]bool{}
+	for _, p := range srcs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		name := filepath.Base(p)
+		seen[name] = true
+		if want, ok := m.Sources[name]; !ok {
+			t.Errorf("%s is not in kernels/manifest.json: %s", name, manifestFix)
+		} else if got := hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("%s has sha256 %s, manifest says %s: the fatbin is stale; %s", name, got, want, manifestFix)
+		}
+	}
+	for name := range m.Sources {
+		if !seen[name] {
+			t.Errorf("manifest lists %s, which no longer exists: %s", name, manifestFix)
+		}
+	}
+	if !strings.Contains(m.NVCC, "release") {
+		t.Errorf("manifest's nvcc line %q does not look like nvcc --version output: %s", m.NVCC, manifestFix)
+	}
+	if _, err := KernelImage(); err != nil && os.Getenv(FatbinEnv) == "" {
+		t.Errorf("embedded fatbin: %v", err)
+	}
+}
+
+// TestKernelNamesExist checks that every kernel the Go side binds is an
+// extern "C" __global__ of kernels.cu, so a rename fails here, not at load.
+func TestKernelNamesExist(t *testing.T) {
+	src, err := os.ReadFile("kernels/kernels.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range KernelNames() {
+		if !regexp.MustCompile(`__global__ void ` + n + `\(`).Match(src) {
+			t.Errorf("kernels.cu has no __global__ void %s(", n)
+		}
+	}
+}
+
+func TestGemmLayouts(t *testing.T) {
+	// Y[7,96] = X[7,64]·W[96,64]ᵀ: A is W as column-major [64,96]
+	// transposed, B is X as column-major [64,7], D is Yᵀ [96,7].
+	ta, tb, a, b, c := gemmLayouts(GemmShape{M: 7, N: 96, K: 64, In: BF16, Out: F32})
+	if ta != 1 || tb != 0 {
+		t.Fatalf("trans %d %d", ta, tb)
+	}
+	if a != (layoutSpec{BF16, 64, 96, 64}) || b != (layoutSpec{BF16, 64, 7, 64}) || c != (layoutSpec{F32, 96, 7, 96}) {
+		t.Fatalf("layouts %+v %+v %+v", a, b, c)
+	}
+	for _, bad := range []GemmShape{{M: 0, N: 1, K: 1, In: BF16, Out: BF16}, {M: 1, N: 1, K: 1, In: F32, Out: F32}, {M: 1, N: 1, K: 1, In: BF16}} {
+		if bad.validate() == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	// The plan cache keys on the whole shape: output type matters.
+	k1 := GemmShape{M: 1, N: 2, K: 3, In: BF16, Out: BF16}
+	k2 := k1
+	k2.Out = F32
+	if k1 == k2 {
+		t.Fatal("plan keys collide")
+	}
+}
+
+func TestSampleUniformIsStable(t *testing.T) {
+	// Pinned values: the device's splitmix64 must produce the same stream.
+	a, b := SampleUniform(42, 0), SampleUniform(42, 1)
+	if a == b || a < 0 || a >= 1 || b < 0 || b >= 1 {
+		t.Fatal(a, b)
+	}
+	if splitmix64(0) != 0xe220a8397b1dcdaf {
+		t.Fatalf("splitmix64(0) = %#x", splitmix64(0))
+	}
+}
+
+func TestAttnShapeValidate(t *testing.T) {
+	if (AttnShape{16, 8, 128, 16}).validate() != nil {
+		t.Fatal("valid shape refused")
+	}
+	for _, a := range []AttnShape{{16, 5, 128, 16}, {16, 8, 512, 16}, {16, 8, 127, 16}, {0, 8, 128, 16}} {
+		if a.validate() == nil {
+			t.Errorf("%+v accepted", a)
+		}
+	}
+}

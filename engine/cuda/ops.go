@@ -1,0 +1,261 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// KernelNames lists every kernel of kernels/kernels.cu that Kernels binds
+// (a fresh slice each call).
+func KernelNames() []string {
+	return []string{
+		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
+		"qk_norm_rope_store", "paged_attention", "argmax_f32", "sample_f32",
+	}
+}
+
+// Launch shapes; they must match the kernels' assumptions (kernels.cu).
+const (
+	rowThreads    = 256  // norms, embedding, SwiGLU, bias add
+	ropeThreads   = 128  // qk_norm_rope_store: up to 2 rotary pairs per thread
+	attnThreads   = 128  // ATT_THREADS
+	attnMaxDim    = 256  // ATT_THREADS × ATT_DPT
+	sampleThreads = 1024 // SAMPLE_THREADS
+)
+
+// ErrBadLaunch is wrapped by a kernel wrapper's error when its arguments
+// cannot be launched (a size out of the kernel's range).
+var ErrBadLaunch = errors.New("cuda: invalid kernel arguments")
+
+// Kernels is the loaded fatbin with typed launchers for each kernel. The
+// launchers share one argument block, so a Kernels belongs to one thread
+// (the runner's), like its Context. Pointers are device addresses.
+type Kernels struct {
+	m    *Module
+	fn   map[string]*Function
+	args *Args
+}
+
+// LoadKernels loads KernelImage() (the embedded fatbin or FatbinEnv) and
+// resolves every kernel in KernelNames.
+func (c *Context) LoadKernels() (*Kernels, error) {
+	img, err := KernelImage()
+	if err != nil {
+		return nil, err
+	}
+	return c.LoadKernelsFrom(img)
+}
+
+// LoadKernelsFrom is LoadKernels with the image given.
+func (c *Context) LoadKernelsFrom(image []byte) (*Kernels, error) {
+	m, err := c.LoadModule(image)
+	if err != nil {
+		return nil, fmt.Errorf("load treni-top kernels (is the fatbin built for this GPU's architecture? run make kernels): %w", err)
+	}
+	k := &Kernels{m: m, fn: map[string]*Function{}, args: NewArgs(16)}
+	for _, n := range KernelNames() {
+		f, err := m.Function(n)
+		if err != nil {
+			k.Close()
+			return nil, fmt.Errorf("fatbin lacks a kernel (rebuild it with make kernels): %w", err)
+		}
+		k.fn[n] = f
+	}
+	return k, nil
+}
+
+// Close unloads the module.
+func (k *Kernels) Close() error {
+	if k == nil || k.m == nil {
+		return nil
+	}
+	k.args.Free()
+	err := k.m.Unload()
+	k.m = nil
+	return err
+}
+
+func (k *Kernels) launch(name string, grid, block Dim3, s *Stream) error {
+	return k.fn[name].Launch(grid, block, 0, s, k.args)
+}
+
+func positive(what string, vs ...int) error {
+	for _, v := range vs {
+		if v <= 0 || v > 1<<31-1 {
+			return fmt.Errorf("%w: %s has size %d", ErrBadLaunch, what, v)
+		}
+	}
+	return nil
+}
+
+// Embed gathers rows of a bf16 table [V,H] for tokens (int32 [T]) into the
+// f32 residual x [T,H].
+func (k *Kernels) Embed(s *Stream, x, table, tokens DevicePtr, T, H int) error {
+	if err := positive("embed", T, H); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(x).Ptr(table).Ptr(tokens).I32(int32(H))
+	return k.launch("embed_bf16", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// RMSNorm writes out[t] = RMSNorm(x[t])·w: x f32 [T,H], w f32 [H], out bf16.
+func (k *Kernels) RMSNorm(s *Stream, out, x, w DevicePtr, T, H int, eps float32) error {
+	if err := positive("rmsnorm", T, H); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(x).Ptr(w).I32(int32(H)).F32(eps)
+	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// AddRMSNorm adds d (f32 [T,H]) into the residual x, then writes
+// out = RMSNorm(x)·w (bf16).
+func (k *Kernels) AddRMSNorm(s *Stream, x, d, out, w DevicePtr, T, H int, eps float32) error {
+	if err := positive("add_rmsnorm", T, H); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(x).Ptr(d).Ptr(out).Ptr(w).I32(int32(H)).F32(eps)
+	return k.launch("add_rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// AddF32 adds d into x, n f32 elements.
+func (k *Kernels) AddF32(s *Stream, x, d DevicePtr, n int) error {
+	if err := positive("add_f32", n); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(x).Ptr(d).I32(int32(n))
+	return k.launch("add_f32", Dim3{uint32((n + rowThreads - 1) / rowThreads), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// BiasAddBF16 adds the f32 bias b [cols] to every row of y (bf16 [rows,cols]).
+func (k *Kernels) BiasAddBF16(s *Stream, y, b DevicePtr, rows, cols int) error {
+	if err := positive("bias_add_bf16", rows, cols); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(y).Ptr(b).I32(int32(cols))
+	return k.launch("bias_add_bf16", Dim3{uint32(rows), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// BiasAddF32 adds the f32 bias b [cols] to every row of x (f32 [rows,cols]).
+func (k *Kernels) BiasAddF32(s *Stream, x, b DevicePtr, rows, cols int) error {
+	if err := positive("bias_add_f32", rows, cols); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(x).Ptr(b).I32(int32(cols))
+	return k.launch("bias_add_f32", Dim3{uint32(rows), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// SwiGLU writes out[t] = silu(gate[t])·up[t] from the fused gate|up
+// projection gu (bf16 [T,2I]) into out (bf16 [T,I]).
+func (k *Kernels) SwiGLU(s *Stream, out, gu DevicePtr, T, I int) error {
+	if err := positive("swiglu", T, I); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(gu).I32(int32(I))
+	return k.launch("swiglu", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+}
+
+// AttnShape is the attention geometry of a model.
+type AttnShape struct {
+	Heads, KVHeads, HeadDim, BlockSize int
+}
+
+func (a AttnShape) validate() error {
+	if err := positive("attention shape", a.Heads, a.KVHeads, a.HeadDim, a.BlockSize); err != nil {
+		return err
+	}
+	if a.Heads%a.KVHeads != 0 || a.HeadDim%2 != 0 || a.HeadDim > attnMaxDim {
+		return fmt.Errorf("%w: %d heads over %d KV heads of dim %d (need a multiple, an even dim ≤ %d)", ErrBadLaunch, a.Heads, a.KVHeads, a.HeadDim, attnMaxDim)
+	}
+	return nil
+}
+
+// RopeStoreArgs are the buffers of QKNormRopeStore.
+type RopeStoreArgs struct {
+	QKV DevicePtr // bf16 [T][(Heads+2·KVHeads)·HeadDim], q rotated in place
+	// Bias (f32 [(Heads+2·KVHeads)·HeadDim]), QNorm and KNorm (f32
+	// [HeadDim]) are 0 when the model has none.
+	Bias, QNorm, KNorm DevicePtr
+	InvFreq            DevicePtr // f64 [HeadDim/2]
+	Pos, Slots         DevicePtr // int32 [T]; a negative slot stores nothing
+	KCache, VCache     DevicePtr // this layer's bf16 caches
+	T                  int
+	Eps                float32
+}
+
+// QKNormRopeStore applies the q/k/v bias, Qwen3's per-head q/k RMSNorm and
+// neox RoPE, and stores K and V at each token's slot of the paged cache.
+func (k *Kernels) QKNormRopeStore(s *Stream, a AttnShape, p RopeStoreArgs) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	if err := positive("qk_norm_rope_store tokens", p.T); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(p.QKV).Ptr(p.Bias).Ptr(p.QNorm).Ptr(p.KNorm).Ptr(p.InvFreq).Ptr(p.Pos).Ptr(p.Slots).
+		Ptr(p.KCache).Ptr(p.VCache).I32(int32(a.Heads)).I32(int32(a.KVHeads)).I32(int32(a.HeadDim)).
+		I32(int32(a.BlockSize)).F32(p.Eps)
+	return k.launch("qk_norm_rope_store", Dim3{uint32(p.T), uint32(a.Heads + 2*a.KVHeads), 1}, Dim3{ropeThreads, 1, 1}, s)
+}
+
+// AttentionArgs are the buffers of PagedAttention.
+type AttentionArgs struct {
+	Out            DevicePtr // bf16 [T][Heads·HeadDim]
+	Q              DevicePtr // bf16, row stride QStride elements
+	QStride        int
+	KCache, VCache DevicePtr
+	TokSeq, Pos    DevicePtr // int32 [T]: each token's sequence row and position
+	BlockTables    DevicePtr // int32 [seqs][BTStride]
+	BTStride       int
+	T              int
+	Scale          float32 // usually 1/sqrt(HeadDim)
+}
+
+// PagedAttention runs causal GQA attention for every token of the step over
+// its sequence's cached positions [0, pos] (prefill chunks and decode alike).
+func (k *Kernels) PagedAttention(s *Stream, a AttnShape, p AttentionArgs) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	if err := positive("paged_attention", p.T, p.QStride, p.BTStride); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(p.Out).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).Ptr(p.TokSeq).
+		Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).I32(int32(a.Heads)).I32(int32(a.KVHeads)).
+		I32(int32(a.HeadDim)).I32(int32(a.BlockSize)).F32(p.Scale)
+	return k.launch("paged_attention", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{attnThreads, 1, 1}, s)
+}
+
+// Argmax writes out[r] (int32) = argmax of logits row r (f32, rows of
+// stride elements, the first V of which count), lowest index on ties.
+func (k *Kernels) Argmax(s *Stream, out, logits DevicePtr, rows, V, stride int) error {
+	if err := positive("argmax", rows, V, stride); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(out).Ptr(logits).I32(int32(V)).I32(int32(stride))
+	return k.launch("argmax_f32", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, s)
+}
+
+// SampleArgs are the per-row device arrays of Sample.
+type SampleArgs struct {
+	Out         DevicePtr // int32 [rows]
+	Logits      DevicePtr // f32 [rows][Stride]
+	V, Stride   int
+	Rows        int
+	Temperature DevicePtr // f32 [rows]; <= 0 is greedy
+	TopK        DevicePtr // int32 [rows]; <= 0 or >= V disables
+	TopP        DevicePtr // f32 [rows]; >= 1 disables
+	Seed        DevicePtr // u64 [rows]
+	Counter     DevicePtr // u64 [rows], incremented by each draw
+}
+
+// Sample draws one token per row with temperature, top-k and top-p from a
+// counter-based RNG (see sample_f32 in kernels.cu; SampleRef is its host
+// twin).
+func (k *Kernels) Sample(s *Stream, p SampleArgs) error {
+	if err := positive("sample", p.Rows, p.V, p.Stride); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(p.Out).Ptr(p.Logits).I32(int32(p.V)).I32(int32(p.Stride)).Ptr(p.Temperature).
+		Ptr(p.TopK).Ptr(p.TopP).Ptr(p.Seed).Ptr(p.Counter)
+	return k.launch("sample_f32", Dim3{uint32(p.Rows), 1, 1}, Dim3{sampleThreads, 1, 1}, s)
+}
