@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/engine/cpu"
+	"github.com/treni-top/treni-top/engine/cuda"
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/engine/server"
@@ -197,9 +198,9 @@ func Run(ctx context.Context, o Options) error {
 	if blocks <= 0 {
 		blocks = max(o.MaxBatch*2048, maxSeq) / o.BlockSize
 	}
-	be, err := cpu.New(ck, cpu.Options{NumBlocks: blocks, BlockSize: o.BlockSize, Threads: o.Threads})
+	be, err := newBackend(ck, o, blocks, em)
 	if err != nil {
-		return fmt.Errorf("create the CPU backend for %s (%d KV blocks of %d): %w", o.ModelDir, blocks, o.BlockSize, err)
+		return err
 	}
 	defer be.Close()
 	var touched []byte
@@ -300,12 +301,9 @@ func (o *Options) normalize(lg *log.Logger) error {
 		o.Addr = "127.0.0.1:8000"
 	}
 	switch o.Device {
-	case "", "auto":
-		lg.Printf("device auto: this build has no CUDA backend yet, serving on the CPU")
-		o.Device = "cpu"
-	case "cpu":
-	case "cuda":
-		return errors.New("--device cuda: the CUDA backend has not landed in this build yet; use --device cpu (or auto)")
+	case "":
+		o.Device = "auto"
+	case "auto", "cpu", "cuda":
 	default:
 		return fmt.Errorf("--device %q: use auto, cpu or cuda", o.Device)
 	}
@@ -450,4 +448,34 @@ func selfCheck(ctx context.Context, addr string) error {
 		}
 	}
 	return last
+}
+
+// backend is what serve needs of a backend beyond the scheduler's view.
+type backend interface {
+	sched.Backend
+	KVBytes() int64
+}
+
+// newBackend picks the backend for o.Device: cuda when asked (an error if it
+// cannot run), auto tries CUDA and falls back to the CPU with one message
+// saying why, cpu never touches CUDA. The CUDA backend reports its own cold
+// stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
+// graph_capture) as stage lines.
+func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter) (backend, error) {
+	if o.Device != "cpu" {
+		cb, err := cuda.NewBackend(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize,
+			Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
+		if err == nil {
+			return cb, nil
+		}
+		if o.Device == "cuda" {
+			return nil, fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
+		}
+		em.log.Printf("device auto: no usable CUDA backend (%v); serving on the CPU", err)
+	}
+	be, err := cpu.New(ck, cpu.Options{NumBlocks: blocks, BlockSize: o.BlockSize, Threads: o.Threads})
+	if err != nil {
+		return nil, fmt.Errorf("create the CPU backend for %s (%d KV blocks of %d): %w", o.ModelDir, blocks, o.BlockSize, err)
+	}
+	return be, nil
 }
