@@ -203,6 +203,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer be.Close()
+	if be.Name() != "cpu" {
+		// A device backend reported its own stages (cuda_init, kernel_load,
+		// decoder_tensor_upload and its kv_alloc); serve's kv_alloc covers
+		// only what follows.
+		kvStart = time.Now()
+	}
 	var touched []byte
 	if o.KVTouchGiB > 0 {
 		touched = touchPool(o.KVTouchGiB)

@@ -157,6 +157,10 @@ func (srv *Server) models(w http.ResponseWriter, r *http.Request) {
 
 // job is a validated request ready for the scheduler.
 type job struct {
+	// arrived is when the handler began: parsing, templating and
+	// tokenizing belong to the request's time, so the first request's
+	// span starts here.
+	arrived      time.Time
 	req          sched.Request
 	stops        []string
 	stream       bool
@@ -275,6 +279,7 @@ func (srv *Server) withBOS(ids []int32) []int32 {
 }
 
 func (srv *Server) completions(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	var req completionRequest
 	if e := srv.readBody(w, r, &req); e != nil {
 		srv.fail(w, r, e)
@@ -316,10 +321,12 @@ func (srv *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.req.Prompt = ids
+	j.arrived = arrived
 	srv.run(w, r, j, false)
 }
 
 func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	var req chatRequest
 	if e := srv.readBody(w, r, &req); e != nil {
 		srv.fail(w, r, e)
@@ -367,6 +374,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.req.Prompt = ids
+	j.arrived = arrived
 	srv.run(w, r, j, true)
 }
 
@@ -386,7 +394,10 @@ func newID(prefix string) string {
 
 // run submits the job and writes the response, streamed or not.
 func (srv *Server) run(w http.ResponseWriter, r *http.Request, j job, chat bool) {
-	arrived := time.Now()
+	arrived := j.arrived
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
 	// The request lives as long as the handler: a client disconnect (r's
 	// context) or an early return (a failed write, a stop string) cancels
 	// it, and the scheduler frees its KV blocks at the next step.
