@@ -36,8 +36,8 @@ const (
 	// rather than one per event.
 	batchWindow = 5 * time.Millisecond
 	// sampleWindow is how long samples alone are gathered before a redraw:
-	// charts move four times a second on an idle target.
-	sampleWindow = 250 * time.Millisecond
+	// charts move once a second on an idle target, as nvitop refreshes.
+	sampleWindow = time.Second
 	// diagSamplesEvery is how often new samples alone refresh the
 	// diagnosis (its evidence is read in the cold window, which new samples
 	// rarely touch once the target is up).
@@ -45,7 +45,7 @@ const (
 	maxBatch         = 8192
 	// tickEvery refreshes the elapsed time and replay position; it only
 	// runs when there is a clock to show.
-	tickEvery = 500 * time.Millisecond
+	tickEvery = time.Second
 	// Grid layout from this size up; below it one pane at a time.
 	gridMinW, gridMinH = 120, 36
 )

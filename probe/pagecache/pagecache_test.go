@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -402,5 +403,47 @@ func TestSamplerFollowsReplacedFiles(t *testing.T) {
 	s.Close()
 	if len(s.open.fds) != 0 {
 		t.Fatal("Close left files open")
+	}
+}
+
+// Residency that stands still is read less and less often; a change brings
+// the sampler back to every tick.
+func TestSamplerBacksOffWhileStill(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.safetensors")
+	writeFile(t, path, 1<<20)
+	s := NewSampler(func() []string { return []string{path} })
+	defer s.Close()
+	readings := func() int {
+		out, err := s.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, sm := range out {
+			if sm.Source == trace.SourcePageCache {
+				n++
+			}
+		}
+		return n
+	}
+	// The first reading sets the level; then stillReadings unchanged ones.
+	for i := 0; i <= stillReadings; i++ {
+		if readings() != 1 {
+			t.Fatalf("reading %d skipped before the residency had been still", i)
+		}
+	}
+	if readings() != 0 {
+		t.Fatal("still residency was read again at once")
+	}
+	// A change (the file grows) is seen at the next reading after the
+	// back-off, and the sampler returns to every tick.
+	time.Sleep(backoffStart + 20*time.Millisecond)
+	writeFile(t, path, 2<<20)
+	if readings() != 1 {
+		t.Fatal("no reading after the back-off")
+	}
+	if readings() != 1 {
+		t.Fatal("a change did not reset the back-off")
 	}
 }
