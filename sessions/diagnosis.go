@@ -267,11 +267,14 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		}
 	}
 
-	// C: warm-up terms, with stability of warm requests as evidence.
+	// C: the device runtime's one-time setup — driver and context init,
+	// module load and JIT, compile, graph capture, warm-up passes — with
+	// stability of the warm requests as evidence. cuda_init belongs here,
+	// not to E: E is the process's own start "before any device work".
 	C := rows["C"]
-	warmup := dur(trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup)
-	C.TermMS = toMS(warmup)
-	for _, n := range []trace.Stage{trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup} {
+	warmStages := []trace.Stage{trace.StageCUDAInit, trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup}
+	C.TermMS = toMS(dur(warmStages...))
+	for _, n := range warmStages {
 		if t := dur(n); t > 0 {
 			C.Evidence = append(C.Evidence, Evidence{string(n), FormatDuration(t)})
 		}
@@ -287,8 +290,11 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	if kv > 0 {
 		D.Evidence = append(D.Evidence, Evidence{"kv_alloc", FormatDuration(kv)})
 		if s, ok := a.Stage(trace.StageKVAlloc); ok {
-			if b, ok := s.Attrs.Float(trace.AttrBytes); ok {
+			if b, ok := s.Attrs.Float(trace.AttrBytes); ok && b > 0 {
 				D.Evidence = append(D.Evidence, Evidence{"KV pool", gb(b)})
+			}
+			if b, ok := s.Attrs.Float("touched_bytes"); ok && b > 0 {
+				D.Evidence = append(D.Evidence, Evidence{"memory allocated and touched", gb(b)})
 			}
 		}
 	}
