@@ -79,16 +79,16 @@ type state struct {
 	// probing state and the requests pane's streaming rows.
 	inflight map[string]inflightReq
 
-	runs      []sessions.Run
-	diag      sessions.Diagnosis
-	diagAt    time.Time
-	hasDiag   bool
-	dirty     bool // non-sample events applied since the last analyze
+	runs    []sessions.Run
+	diag    sessions.Diagnosis
+	diagAt  time.Time
+	hasDiag bool
+	dirty   bool // non-sample events applied since the last analyze
 	// samplesDirty: samples applied since the last diagnosis.
 	samplesDirty bool
-	version   int  // bumped by analyze; panes cache on it
-	processes int  // process start events seen
-	resets    int  // replay resets seen (for tests and the status line)
+	version      int // bumped by analyze; panes cache on it
+	processes    int // process start events seen
+	resets       int // replay resets seen (for tests and the status line)
 }
 
 func newState() *state {
