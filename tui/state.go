@@ -196,7 +196,7 @@ func sum(m map[string]float64) float64 {
 func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
 	diagDue := final || !s.hasDiag ||
 		s.dirty && now.Sub(s.diagAt) >= time.Second ||
-		s.samplesDirty && now.Sub(s.diagAt) >= diagSamplesEvery
+		s.samplesDirty && s.coldWindowOpen() && now.Sub(s.diagAt) >= diagSamplesEvery
 	if !s.dirty && !diagDue {
 		return
 	}
@@ -211,6 +211,16 @@ func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
 	}
 	s.dirty = false
 	s.version++
+}
+
+// coldWindowOpen reports whether the latest run's cold window is still
+// open (no first token yet): only then can new samples change the
+// diagnosis, whose evidence is read inside that window.
+func (s *state) coldWindowOpen() bool {
+	if len(s.runs) == 0 {
+		return true
+	}
+	return s.runs[len(s.runs)-1].ColdEndKind != sessions.ColdEndFirstToken
 }
 
 // run returns the selected run: sel < 0 or past the end means the latest.
