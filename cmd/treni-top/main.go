@@ -30,11 +30,6 @@ func (e *exitError) Unwrap() error { return e.err }
 // withExit makes err end the process with code.
 func withExit(code int, err error) error { return &exitError{code: code, err: err} }
 
-// notLanded is the honest answer of a subcommand whose issue has not landed.
-func notLanded(what, issue string) error {
-	return withExit(3, fmt.Errorf("%s is not implemented yet (tracked in %s); nothing was done", what, issue))
-}
-
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "treni-top",
@@ -97,7 +92,7 @@ func main() {
 
 // execute runs the CLI and maps errors to exit codes: 0 success, 1 for a
 // command's own "failure found" result (diff's regression), 2 for unusable
-// input or a failure, 3 for a subcommand that has not landed.
+// input or a failure.
 func execute(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
