@@ -86,6 +86,11 @@ func (r *Recorder) writeLine(v any) error {
 	if err := r.enc.Encode(v); err != nil {
 		return fmt.Errorf("write session %s: %w", r.path, err)
 	}
+	return r.flush()
+}
+
+// flush pushes the buffered lines to the kernel.
+func (r *Recorder) flush() error {
 	if err := r.w.Flush(); err != nil {
 		return fmt.Errorf("write session %s: %w", r.path, err)
 	}
@@ -146,10 +151,52 @@ func (r *Recorder) Close() error {
 // Record copies a subscription into the recorder until the subscription's
 // channel closes (the bus closed) or done is closed. It is the body of the
 // goroutine that owns a live recording.
+//
+// Events already queued behind the one received are encoded with it and
+// pushed to the kernel in one write: a burst (a sampler tick's samples, a
+// flood of tokens) costs one system call, and nothing is held back while
+// Record waits, so the SIGKILL guarantee of Emit is unchanged.
 func (r *Recorder) Record(sub *trace.Subscription) {
-	for e := range sub.Events() {
-		r.Emit(e)
+	ch := sub.Events()
+	for e := range ch {
+		r.mu.Lock()
+		r.encode(e)
+	drain:
+		for n := 1; n < recordBatch; n++ {
+			select {
+			case e2, ok := <-ch:
+				if !ok {
+					break drain // the range sees the close next
+				}
+				r.encode(e2)
+			default:
+				break drain
+			}
+		}
+		// An event that failed to encode wrote nothing: the lines before
+		// it still go out.
+		if r.f != nil {
+			if err := r.flush(); err != nil && r.err == nil {
+				r.err = err
+			}
+		}
+		r.mu.Unlock()
 	}
+}
+
+// recordBatch bounds the events Record encodes before a write.
+const recordBatch = 256
+
+// encode appends one event to the buffer without flushing; r.mu is held.
+func (r *Recorder) encode(e trace.Event) {
+	if r.err != nil || r.f == nil {
+		return
+	}
+	if err := r.enc.Encode(e); err != nil {
+		r.err = fmt.Errorf("write session %s: %w", r.path, err)
+		return
+	}
+	r.n++
 }
 
 // DefaultDir is where sessions are recorded when no --record is given:

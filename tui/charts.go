@@ -103,7 +103,7 @@ func (p chartsPane) view(c *programContext, st *state, w, h int) []string {
 			i := r*cols + k
 			var cell []string
 			if i < len(cs) {
-				cell = renderChart(c.theme, cs[i], cellW, cellH)
+				cell = c.chart(cs[i], cellW, cellH)
 			}
 			cell = fitLines(cell, cellW, cellH)
 			if k < cols-1 {
@@ -116,6 +116,38 @@ func (p chartsPane) view(c *programContext, st *state, w, h int) []string {
 		out = append(out, joinH(blocks...)...)
 	}
 	return out
+}
+
+// chart renders ch in w×h cells, reusing the last plot of the same title
+// when nothing it is drawn from changed (new samples of a flat series
+// leave the plotted window as it was).
+func (c *programContext) chart(ch chart, w, h int) []string {
+	data := ch.data
+	if n := 4 * (w - yLabelW - 2); n > 0 && len(data) > n {
+		data = data[len(data)-n:] // the window renderChart plots
+	}
+	if c.charts != nil {
+		if m, ok := c.charts[ch.title]; ok && m.w == w && m.h == h && m.now == ch.now && equalFloats(m.data, data) {
+			return m.lines
+		}
+	}
+	lines := renderChart(c.theme, ch, w, h)
+	if c.charts != nil {
+		c.charts[ch.title] = chartMemo{w: w, h: h, now: ch.now, data: append([]float64(nil), data...), lines: lines}
+	}
+	return lines
+}
+
+func equalFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // chartTitle is the title with the current value, which carries the unit;

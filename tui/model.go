@@ -59,6 +59,41 @@ type programContext struct {
 	header        sessions.Header
 	// runSel is the run the panes show; -1 follows the latest.
 	runSel int
+	// boxes and charts memoize rendered panes and plots, so a frame
+	// redrawn for a clock tick or a batch of samples re-renders only what
+	// those changed (an idle target redraws every second).
+	boxes  map[int]boxMemo
+	charts map[string]chartMemo
+}
+
+// boxKey is everything a memoized pane's box depends on: the panes that
+// read only the analyzed state (runs, diagnosis, in-flight requests)
+// change with its version.
+type boxKey struct {
+	st              *state
+	version, runSel int
+	w, h            int
+	focused         bool
+	title           string
+}
+
+// dropMemos forgets every memoized pane and plot.
+func (c *programContext) dropMemos() {
+	clear(c.boxes)
+	clear(c.charts)
+}
+
+type boxMemo struct {
+	key   boxKey
+	lines []string
+}
+
+// chartMemo is one rendered plot and what it was drawn from.
+type chartMemo struct {
+	w, h  int
+	now   string
+	data  []float64
+	lines []string
 }
 
 // pane is one component of the screen. view returns at most h lines; the
@@ -73,6 +108,8 @@ type (
 	eventsMsg struct {
 		evs    []trace.Event
 		closed bool
+		// tick: no event arrived for a tick period (see waitEventsTick).
+		tick bool
 	}
 	analyzeMsg struct{}
 	tickMsg    struct{}
@@ -94,6 +131,10 @@ type Model struct {
 	status                         string
 	lastAnalyze                    time.Time
 	analyzeQueued                  bool
+	// lastTick is when the clock's work (growing open stages) last ran.
+	lastTick time.Time
+	// bench is the live bench's progress (nil without Options.Bench).
+	bench *benchLive
 }
 
 func newModel(opts Options, probeBackground bool) Model {
@@ -108,7 +149,8 @@ func newModel(opts Options, probeBackground bool) Model {
 			th = newTheme(out, false, true)
 		}
 	}
-	ctx := &programContext{theme: th, keys: newKeyMap(), header: opts.Header, runSel: -1}
+	ctx := &programContext{theme: th, keys: newKeyMap(), header: opts.Header, runSel: -1,
+		boxes: map[int]boxMemo{}, charts: map[string]chartMemo{}}
 	lv := newLogView()
 	h := help.New()
 	h.ShowAll = true
@@ -120,6 +162,9 @@ func newModel(opts Options, probeBackground bool) Model {
 	}
 	m := Model{ctx: ctx, opts: opts, st: newState(), log: lv, help: h}
 	m.panes = [numPanes]pane{waterfallPane{}, chartsPane{}, requestsPane{}, diagnosisPane{}, lv, runsPane{}}
+	if opts.Bench != nil {
+		m.bench = &benchLive{src: opts.Bench}
+	}
 	return m
 }
 
@@ -127,22 +172,55 @@ func newModel(opts Options, probeBackground bool) Model {
 func (m Model) Init() tea.Cmd {
 	var cmds []tea.Cmd
 	if m.opts.Sub != nil {
-		cmds = append(cmds, waitEvents(m.opts.Sub))
+		// The clock ticks through the event command (see waitEventsTick):
+		// one wakeup and one redraw a second on an idle target, not a
+		// sample batch and a tick each.
+		cmds = append(cmds, waitEventsTick(m.opts.Sub, m.tickPeriod()))
 	} else {
 		m.analyzeNow(true)
+		if m.tickPeriod() > 0 {
+			cmds = append(cmds, tick())
+		}
 	}
-	if m.opts.Clock != nil || m.opts.Replay != nil {
-		cmds = append(cmds, tick())
+	if m.bench != nil {
+		cmds = append(cmds, benchTick())
 	}
 	return tea.Batch(cmds...)
 }
 
+// tickPeriod is how often the clock (elapsed time, replay position, open
+// stages) needs a redraw; 0 when there is no clock to show.
+func (m Model) tickPeriod() time.Duration {
+	if m.opts.Clock != nil || m.opts.Replay != nil {
+		return tickEvery
+	}
+	return 0
+}
+
 // waitEvents blocks until the subscription has an event, then gathers what
 // else arrives within batchWindow into one message.
-func waitEvents(sub *trace.Subscription) tea.Cmd {
+func waitEvents(sub *trace.Subscription) tea.Cmd { return waitEventsTick(sub, 0) }
+
+// waitEventsTick is waitEvents that also stands in for the clock tick:
+// when no event arrives within every (> 0) it returns a tick. Any batch of
+// events redraws the clock too, so a target that emits samples costs one
+// message a second instead of a sample batch plus a separate tick.
+func waitEventsTick(sub *trace.Subscription, every time.Duration) tea.Cmd {
 	return func() tea.Msg {
 		ch := sub.Events()
-		e, ok := <-ch
+		var e trace.Event
+		var ok bool
+		if every > 0 {
+			t := time.NewTimer(every)
+			select {
+			case e, ok = <-ch:
+				t.Stop()
+			case <-t.C:
+				return eventsMsg{tick: true}
+			}
+		} else {
+			e, ok = <-ch
+		}
 		if !ok {
 			return eventsMsg{closed: true}
 		}
@@ -197,14 +275,19 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.analyzeNow(false)
 		}
 		return m, nil
+	case benchTickMsg:
+		if m.closed {
+			return m, nil // the bench is over: keep its final figures
+		}
+		if !m.paused {
+			m.bench.sample()
+		}
+		return m, benchTick()
 	case tickMsg:
 		if m.closed && m.opts.Clock == nil {
 			return m, nil // a finished replay has nothing left to animate
 		}
-		if m.opts.Clock != nil && !m.paused && m.st.hasOpen() {
-			m.st.dirty = true // grow the running stages' bars
-			m.analyzeNow(false)
-		}
+		m.onTick()
 		return m, tick()
 	case tea.MouseMsg:
 		if m.focus == paneLog {
@@ -232,7 +315,34 @@ func (m *Model) analyzeNow(final bool) {
 	m.lastAnalyze = now
 }
 
+// onTick grows the running stages' bars on the live clock (which also
+// lets the diagnosis refresh while a stage stays open).
+func (m *Model) onTick() {
+	m.lastTick = time.Now()
+	if m.opts.Clock != nil && !m.paused && m.st.hasOpen() {
+		m.st.dirty = true
+		m.analyzeNow(false)
+	}
+}
+
+// clockDue does the tick's work for a batch of events when a tick period
+// has passed: a target that keeps emitting samples never lets the event
+// command time out into a tick. The caller analyzes (now or queued).
+func (m *Model) clockDue() {
+	if time.Since(m.lastTick) < tickEvery {
+		return
+	}
+	m.lastTick = time.Now()
+	if m.opts.Clock != nil && !m.paused && m.st.hasOpen() {
+		m.st.dirty = true
+	}
+}
+
 func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
+	if msg.tick {
+		m.onTick()
+		return m, waitEventsTick(m.opts.Sub, m.tickPeriod())
+	}
 	var cmds []tea.Cmd
 	if m.paused {
 		m.pending = append(m.pending, msg.evs...)
@@ -244,13 +354,23 @@ func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
 		if !m.paused {
 			m.analyzeNow(true)
 		}
-		if m.opts.Replay != nil {
+		if m.opts.Clock != nil {
+			cmds = append(cmds, tick()) // the live clock goes on
+		}
+		if m.bench != nil {
+			m.bench.sample() // the final figures
+		}
+		switch {
+		case m.opts.Replay != nil:
 			m.status = "replay finished · q quits"
-		} else {
+		case m.bench != nil:
+			m.status = "bench finished · q quits and prints the report"
+		default:
 			m.status = "event stream ended"
 		}
 	} else {
-		cmds = append(cmds, waitEvents(m.opts.Sub))
+		cmds = append(cmds, waitEventsTick(m.opts.Sub, m.tickPeriod()))
+		m.clockDue()
 		if !m.paused {
 			if wait := analyzeEvery - time.Since(m.lastAnalyze); wait <= 0 {
 				m.analyzeNow(false)
@@ -499,14 +619,42 @@ func (m Model) frame(w, h int) []string {
 	return out
 }
 
+// pane is the component in slot i: the bench pane takes the waterfall's
+// slot when a bench is running or the session holds bench runs (a bench
+// target has no cold start to draw).
+func (m Model) pane(i int) pane {
+	if i == paneWaterfall && m.benchActive() {
+		return benchPane{m: &m}
+	}
+	return m.panes[i]
+}
+
 func (m Model) paneBox(i, w, h int) []string {
-	p := m.panes[i]
+	p := m.pane(i)
 	title := fmt.Sprintf("%d %s", i+1, p.title())
 	if r, ok := m.st.run(m.ctx.runSel); ok && len(m.st.runs) > 1 && (i == paneWaterfall || i == paneRequests) {
 		title += fmt.Sprintf(" · run %d", r.Index)
 	}
+	memo := false
+	switch i {
+	case paneRequests, paneDiagnosis, paneSession:
+		memo = true
+	case paneWaterfall:
+		memo = !m.benchActive()
+	}
+	var key boxKey
+	if memo {
+		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title}
+		if c, ok := m.ctx.boxes[i]; ok && c.key == key {
+			return c.lines
+		}
+	}
 	inner := p.view(m.ctx, m.st, w-2, h-2)
-	return box(m.ctx.theme, title, inner, w, h, i == m.focus)
+	lines := box(m.ctx.theme, title, inner, w, h, i == m.focus)
+	if memo {
+		m.ctx.boxes[i] = boxMemo{key: key, lines: lines}
+	}
+	return lines
 }
 
 // grid lays out every pane: waterfall and charts on top, requests and
@@ -529,15 +677,18 @@ func (m Model) headerLines(w int) []string {
 	hd := m.ctx.header
 	r, ok := m.st.run(m.ctx.runSel)
 	stateWord := targetState(r, ok, ok && m.st.probing(r.Index))
+	if m.benchActive() {
+		stateWord = m.benchState()
+	}
 	stSt := t.warn
 	switch {
 	case strings.HasPrefix(stateWord, "crashed"):
 		stSt = t.bad
 	case stateWord == "healthy":
 		stSt = t.good
-	case stateWord == "probing":
+	case stateWord == "probing", stateWord == "benchmarking":
 		stSt = t.accent
-	case stateWord == "stopped", stateWord == "waiting":
+	case stateWord == "stopped", stateWord == "waiting", stateWord == "finished":
 		stSt = t.dim
 	}
 	device := hd.Target.Device
@@ -620,8 +771,8 @@ func spread(left, right string, w int) string {
 func (m Model) footerLine(w int) string {
 	t := m.ctx.theme
 	var b strings.Builder
-	for i, p := range m.panes {
-		name := fmt.Sprintf("%d %s", i+1, p.title())
+	for i := range m.panes {
+		name := fmt.Sprintf("%d %s", i+1, m.pane(i).title())
 		if w < gridMinW && i != m.focus {
 			name = itoa(i + 1) // narrow: names only for the focused pane
 		}

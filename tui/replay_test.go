@@ -101,9 +101,23 @@ func benchModel(b *testing.B, color bool) Model {
 }
 
 // BenchmarkRender160x48 renders a full 160×48 frame (the grid of every
-// pane) from the fixture, colorless as in the goldens.
+// pane) from the fixture, colorless as in the goldens, with nothing
+// memoized from the frame before.
 func BenchmarkRender160x48(b *testing.B) {
 	m := benchModel(b, false)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.ctx.dropMemos()
+		_ = m.View()
+	}
+}
+
+// BenchmarkRender160x48Unchanged redraws a frame whose state did not
+// change (a clock tick or a batch of flat samples on an idle target).
+func BenchmarkRender160x48Unchanged(b *testing.B) {
+	m := benchModel(b, false)
+	_ = m.View()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -117,6 +131,7 @@ func BenchmarkRender160x48Color(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		m.ctx.dropMemos()
 		_ = m.View()
 	}
 }

@@ -86,9 +86,16 @@ type state struct {
 	dirty   bool // non-sample events applied since the last analyze
 	// samplesDirty: samples applied since the last diagnosis.
 	samplesDirty bool
-	version      int // bumped by analyze; panes cache on it
-	processes    int // process start events seen
-	resets       int // replay resets seen (for tests and the status line)
+	// diagStale: non-sample events applied since the last diagnosis. It
+	// outlives dirty (cleared by every analyze), so that an event that
+	// came within a second of the last diagnosis still gets diagnosed on
+	// a later pass.
+	diagStale bool
+	version   int // bumped by analyze; panes cache on it
+	processes int // process start events seen
+	resets    int // replay resets seen (for tests and the status line)
+	// bench follows bench runs; nil until a bench_start marker arrives.
+	bench *benchTrack
 }
 
 func newState() *state {
@@ -126,7 +133,7 @@ func (s *state) applyOne(e trace.Event) {
 		s.applySample(e.At, e.Sample)
 		return
 	}
-	s.dirty = true
+	s.dirty, s.diagStale = true, true
 	switch e.Kind {
 	case trace.KindLog:
 		s.logs = append(s.logs, logLine{at: e.At, run: e.Run, stream: e.Log.Stream, text: e.Log.Text, stage: e.Log.Stage})
@@ -137,7 +144,17 @@ func (s *state) applyOne(e trace.Event) {
 		}
 		s.logVersion++
 		return
+	case trace.KindMarker:
+		if n := e.Marker.Name; n == trace.MarkerBenchStart || n == trace.MarkerBenchEnd {
+			if s.bench == nil {
+				s.bench = &benchTrack{}
+			}
+			s.bench.marker(e)
+		}
 	case trace.KindRequest:
+		if s.bench != nil {
+			s.bench.request(e.At, e.Request)
+		}
 		if e.Request.Done {
 			delete(s.inflight, e.Request.ID)
 		} else {
@@ -195,7 +212,7 @@ func sum(m map[string]float64) float64 {
 // producer's updates.
 func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
 	diagDue := final || !s.hasDiag ||
-		s.dirty && now.Sub(s.diagAt) >= time.Second ||
+		s.diagStale && now.Sub(s.diagAt) >= time.Second ||
 		s.samplesDirty && s.coldWindowOpen() && now.Sub(s.diagAt) >= diagSamplesEvery
 	if !s.dirty && !diagDue {
 		return
@@ -207,7 +224,7 @@ func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
 	if diagDue {
 		s.diag = sessions.Diagnose(s.events)
 		s.diagAt, s.hasDiag = now, true
-		s.samplesDirty = false
+		s.samplesDirty, s.diagStale = false, false
 	}
 	s.dirty = false
 	s.version++

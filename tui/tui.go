@@ -81,6 +81,10 @@ type Options struct {
 	// live growth of open stages; nil uses the last event's offset (or the
 	// replay position).
 	Clock func() time.Duration
+	// Bench is a live bench's progress (treni-top bench --tui): the first
+	// pane becomes the bench pane and reads it once a second. Sessions whose
+	// events hold bench runs show that pane without it.
+	Bench BenchProgress
 	// Input and Output default to the terminal (tests set them).
 	Input  io.Reader
 	Output io.Writer
@@ -135,6 +139,7 @@ func NewModel(opts Options) Model {
 }
 
 // renderFPS caps redraws. Events are already batched and analysis is
-// throttled to 10/s, so 20 frames a second is smooth and keeps an idle UI
-// far below 1% of a core (bubbletea's default is 60).
-const renderFPS = 20
+// throttled to 10/s, so more frames than that would show nothing new;
+// each frame slot is a wakeup of the renderer, which an idle UI pays for
+// (bubbletea's default is 60).
+const renderFPS = 10

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/tui"
 )
 
 // benchOptions are bench's flags.
@@ -40,6 +42,7 @@ type benchOptions struct {
 	noUsage                bool
 	apiKey                 string
 	quiet                  bool
+	tui                    bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -99,6 +102,7 @@ with --json.`,
 	f.BoolVar(&o.noUsage, "no-usage", false, "do not ask for stream usage (for servers that reject stream_options)")
 	f.StringVar(&o.apiKey, "api-key", "", "bearer token sent as Authorization, for servers that require one")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	f.BoolVar(&o.tui, "tui", false, "show the bench live in the TUI (progress, rates, TTFT/ITL); the report is printed when you quit it")
 	return cmd
 }
 
@@ -203,6 +207,13 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	bus := trace.NewBus()
 	var rec *sessions.Recorder
 	var recDone sync.WaitGroup
+	var h sessions.Header // the session's header, for the file and the TUI
+	if !o.noRecord || o.tui {
+		_, device := gpuHeader()
+		h = sessions.NewHeader(version, clock.Start(), sessions.Target{
+			Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
+		})
+	}
 	if !o.noRecord {
 		path := o.record
 		if path == "" {
@@ -210,10 +221,6 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 				return withExit(2, fmt.Errorf("%w (or pass --no-record)", err))
 			}
 		}
-		_, device := gpuHeader()
-		h := sessions.NewHeader(version, clock.Start(), sessions.Target{
-			Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
-		})
 		if rec, err = sessions.Create(path, h); err != nil {
 			return withExit(2, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err))
 		}
@@ -227,14 +234,40 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 
 	progress := &load.Progress{}
 	stopProgress := func() {}
-	if !o.quiet {
+	// With --tui the bench runs under benchCtx, which quitting the UI
+	// cancels; the UI stays up after the bench until the user quits, so
+	// the final figures can be read before the report is printed.
+	benchCtx, cancelBench := context.WithCancel(ctx)
+	defer cancelBench()
+	var uiDone chan error
+	if o.tui {
+		uiSub := bus.Subscribe()
+		uiDone = make(chan error, 1)
+		go func() {
+			opts := tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now}
+			if !isTerminal(os.Stdout) && isTerminal(os.Stderr) {
+				// `bench --tui > report.md`: draw on the terminal, keep
+				// stdout for the report.
+				opts.Output = os.Stderr
+			}
+			err := tui.Run(ctx, opts)
+			uiSub.Cancel()
+			cancelBench()
+			uiDone <- err
+		}()
+	} else if !o.quiet {
 		stopProgress = printBenchProgress(ctx, progress, stderr)
 	}
 	b := &load.Bench{Client: client, Clock: clock, Sink: bus, Progress: progress}
-	rep, runErr := b.Execute(ctx, plan)
+	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
 	bus.Close()
 	recDone.Wait()
+	if uiDone != nil {
+		if err := <-uiDone; err != nil {
+			fmt.Fprintf(stderr, "treni-top: the TUI failed: %v\n", err)
+		}
+	}
 	rep.Tool = "treni-top " + version
 	if rec != nil {
 		if err := rec.Close(); err != nil {
@@ -242,7 +275,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 		}
 		rep.Session = rec.Path()
 	}
-	if runErr != nil && ctx.Err() != nil {
+	if runErr != nil && benchCtx.Err() != nil {
 		rep.Interrupted = true
 	} else if runErr != nil {
 		return withExit(2, runErr)
@@ -296,4 +329,28 @@ func printBenchProgress(ctx context.Context, p *load.Progress, w io.Writer) (sto
 		cancel()
 		<-done
 	}
+}
+
+// benchProgress adapts the load generator's progress to the TUI's
+// BenchProgress (tui does not import probe/load).
+type benchProgress struct{ p *load.Progress }
+
+func (b benchProgress) BenchSnapshot() tui.BenchStatus {
+	s := b.p.Snapshot()
+	q := func(x load.Quantiles) tui.BenchQuantiles {
+		return tui.BenchQuantiles{N: x.N, P50: x.P50, P90: x.P90, P99: x.P99}
+	}
+	return tui.BenchStatus{
+		Workload: s.Workload, Repeat: s.Repeat, Repeats: s.Repeats, Warmup: s.Warmup,
+		Total: s.Total, Sent: s.Sent, Done: s.Done, Failed: s.Failed, InFlight: s.InFlight,
+		Elapsed: s.Elapsed, OutputTokens: s.OutputTokens,
+		OutputTokPerSec: s.OutputTokPerSec, ReqPerSec: s.ReqPerSec,
+		TTFT: q(s.TTFT), ITL: q(s.ITL),
+	}
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
