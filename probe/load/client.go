@@ -167,7 +167,7 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		if resp.StatusCode >= 500 {
 			r.ErrorKind = prober.KindHTTP5xx
 		}
-		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), errorText(b))
+		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), prober.ErrorMessage(b))
 		return r
 	}
 	complete, malformed, err := c.read(resp.Body, &r, p)
@@ -221,7 +221,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress) (comple
 			return true
 		}
 		if errType {
-			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+errorText(data)
+			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(data)
 			return true
 		}
 		if len(data) == 0 {
@@ -236,7 +236,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress) (comple
 				Error json.RawMessage `json:"error"`
 			}
 			_ = json.Unmarshal(data, &v)
-			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+errorText(v.Error)
+			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(v.Error)
 			return true
 		}
 		n := ch.tokens
@@ -357,48 +357,6 @@ func classify(ctx context.Context, err error, started bool) (kind, msg string) {
 	}
 }
 
-// errorText extracts a readable message from an error body: OpenAI's
-// {"error":{"message":…}}, {"error":"…"}, {"message":…}, {"detail":…}, or
-// the text itself.
-func errorText(b []byte) string {
-	var v struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-		Detail  json.RawMessage `json:"detail"`
-	}
-	raw := func(m json.RawMessage) string {
-		if len(m) == 0 || string(m) == "null" {
-			return ""
-		}
-		var s string
-		if json.Unmarshal(m, &s) == nil {
-			return s
-		}
-		var o struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(m, &o) == nil && o.Message != "" {
-			return o.Message
-		}
-		return string(m)
-	}
-	if json.Unmarshal(b, &v) == nil {
-		for _, s := range []string{raw(v.Error), v.Message, raw(v.Detail)} {
-			if s != "" {
-				return s
-			}
-		}
-	}
-	s := strings.TrimSpace(string(b))
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	if s == "" {
-		s = "(empty body)"
-	}
-	return s
-}
-
 // DetectModel asks the server's /v1/models for the model it serves (the
 // first one listed).
 func DetectModel(ctx context.Context, baseURL string, header http.Header) (string, error) {
@@ -421,7 +379,7 @@ func DetectModel(ctx context.Context, baseURL string, header http.Header) (strin
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: HTTP %d: %s (pass --model)", u, resp.StatusCode, errorText(b))
+		return "", fmt.Errorf("GET %s: HTTP %d: %s (pass --model)", u, resp.StatusCode, prober.ErrorMessage(b))
 	}
 	var list struct {
 		Data []struct {

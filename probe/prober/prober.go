@@ -324,7 +324,7 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 		if resp.StatusCode >= 500 {
 			r.ErrorKind = KindHTTP5xx
 		}
-		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), errorMessage(b))
+		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), ErrorMessage(b))
 		return res
 	}
 	s := &stream{c: c, res: &res, since: since}
@@ -370,10 +370,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// errorMessage extracts a readable message from an error body: OpenAI's
+// ErrorMessage extracts a readable message from an error body: OpenAI's
 // {"error":{"message":…}}, {"error":"…"} (Ollama), {"message":…} (vLLM),
 // {"detail":…} (FastAPI), or the text itself.
-func errorMessage(b []byte) string {
+func ErrorMessage(b []byte) string {
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`

@@ -108,7 +108,7 @@ func (s *stream) readSSE(body io.Reader) (complete bool, err error) {
 		}
 		if ev.Type == "error" {
 			s.res.Request.ErrorKind = KindServer
-			s.res.Request.Error = "the server reported an error mid-stream: " + errorMessage(data)
+			s.res.Request.Error = "the server reported an error mid-stream: " + ErrorMessage(data)
 			return true, nil
 		}
 		if len(data) == 0 {
