@@ -32,36 +32,34 @@ const (
 // It is never emitted as a span; reports and the UI use it to label the gap.
 const StageUnattributed Stage = "unattributed"
 
+// taxonomy is the stage order; an array (a value, never modified) so that
+// Valid and Order, called from sort comparators, allocate nothing.
+var taxonomy = [...]Stage{
+	StageProcessStart, StageRuntimeInit, StageCUDAInit, StagePageCache,
+	StageTensorIndexBuild, StageTokenizerLoad, StageDecoderTensorUpload,
+	StageModelLoad, StageKernelLoad, StageCompile, StageGraphCapture,
+	StageKVAlloc, StageWarmup, StageHTTPReady, StageFirstRequest,
+}
+
 // Stages returns every canonical stage in taxonomy order. It returns a fresh
 // slice so callers may reorder it freely.
 func Stages() []Stage {
-	return []Stage{
-		StageProcessStart, StageRuntimeInit, StageCUDAInit, StagePageCache,
-		StageTensorIndexBuild, StageTokenizerLoad, StageDecoderTensorUpload,
-		StageModelLoad, StageKernelLoad, StageCompile, StageGraphCapture,
-		StageKVAlloc, StageWarmup, StageHTTPReady, StageFirstRequest,
-	}
+	out := taxonomy
+	return out[:]
 }
 
 // Valid reports whether s is one of the canonical stage names.
-func (s Stage) Valid() bool {
-	for _, c := range Stages() {
-		if c == s {
-			return true
-		}
-	}
-	return false
-}
+func (s Stage) Valid() bool { return s.Order() < len(taxonomy) }
 
 // Order is the stage's position in taxonomy order, or len(Stages()) for an
 // unknown name, so sorting by Order puts unknown stages last.
 func (s Stage) Order() int {
-	for i, c := range Stages() {
+	for i, c := range taxonomy {
 		if c == s {
 			return i
 		}
 	}
-	return len(Stages())
+	return len(taxonomy)
 }
 
 // Description is the one-line meaning of the stage from DESIGN.md §3.
