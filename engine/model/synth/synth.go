@@ -174,13 +174,6 @@ func Write(ctx context.Context, o Options) (Result, error) {
 		total += s.bytes
 	}
 	w := &weightWriter{ctx: ctx, table: newValueTable(dt), seed: o.Seed, workers: o.Workers, progress: o.Progress, total: total}
-	if tok.size < vocab {
-		// A real-shape preset with a smaller tokenizer: ids past the
-		// tokenizer print nothing, so their embedding and lm_head rows are
-		// zero (logit exactly 0 against the random ones) and a greedy
-		// decode emits printable tokens that a streaming client can time.
-		w.zeroFrom = int64(tok.size) * int64(cfg.HiddenSize)
-	}
 	for _, s := range shards {
 		written = append(written, s.name)
 		if err := w.writeShard(filepath.Join(o.OutDir, s.name), s); err != nil {
@@ -290,9 +283,6 @@ func indexJSON(shards []shard, total int64) ([]byte, error) {
 const chunkElems = 1 << 20
 
 type weightWriter struct {
-	// zeroFrom, when positive, is the first element of the embedding and
-	// lm_head matrices that is written as zero (rows of unprintable ids).
-	zeroFrom int64
 	ctx      context.Context
 	table    *valueTable
 	seed     uint64
@@ -355,11 +345,6 @@ func (w *weightWriter) writeShard(path string, s shard) error {
 				}
 				b := buf[:j.n*size2]
 				w.table.fillChunk(b, kind, splitmix64(w.seed)^fnv64(t.Name), j.first, j.n)
-				if w.zeroFrom > 0 && (t.Name == model.NameEmbed || t.Name == model.NameLMHead) {
-					if z := w.zeroFrom - j.first; z < j.n {
-						clear(b[max(z, 0)*size2:])
-					}
-				}
 				if _, err := f.WriteAt(b, offsets[j.t]+j.first*size2); err != nil {
 					errOnce.Do(func() { firstErr = fmt.Errorf("write %s: %w", path, err) })
 					cancel()

@@ -69,23 +69,10 @@ func TestTinyOpensAndValidates(t *testing.T) {
 					t.Fatal("norm weight is not 1.0")
 				}
 			}
-			// Rows of ids the tokenizer has are N(0, 0.02²); the padding
-			// rows past it (vocab rounded up to 64) are zero, so that a
-			// greedy decode never picks an id that prints nothing.
 			e, _ := c.Tensor(model.NameEmbed)
-			tokIDs := tokenizerSize(t, dir)
-			hidden := c.Config.HiddenSize
-			printable := *e
-			printable.Shape = []int{tokIDs, hidden}
-			printable.Data = e.Data[:tokIDs*hidden*2]
-			mean, std := stats(&printable)
+			mean, std := stats(e)
 			if math.Abs(mean) > 0.002 || math.Abs(std-0.02) > 0.001 {
 				t.Fatalf("embedding mean %g std %g, want ~0, 0.02", mean, std)
-			}
-			for i := tokIDs * hidden * 2; i < len(e.Data); i++ {
-				if e.Data[i] != 0 {
-					t.Fatalf("embedding row %d (past the tokenizer's %d ids) is not zero", i/(2*hidden), tokIDs)
-				}
 			}
 			// The safetensors header must list tensors in name order with
 			// contiguous offsets, as safetensors writes them.
@@ -408,14 +395,4 @@ func TestFillChunkSplitInvariant(t *testing.T) {
 			t.Fatalf("%s: chunk boundaries change the bytes", dt)
 		}
 	}
-}
-
-// tokenizerSize is the number of ids of the model directory's tokenizer.
-func tokenizerSize(t *testing.T, dir string) int {
-	t.Helper()
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok.VocabSize()
 }
