@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -39,6 +40,18 @@ type BackendOptions struct {
 	// GraphMaxBlocks is the block-table width of graph steps (default 256,
 	// i.e. 256 × BlockSize positions); longer sequences decode eagerly.
 	GraphMaxBlocks int
+	// Upload is how the weights reach the device: UploadStaged (default)
+	// or UploadMapped; UploadEnv overrides it.
+	Upload string
+	// ColdPageCache says most weight bytes are not in the page cache (the
+	// caller checked, e.g. Checkpoint.Residency): the staged upload then
+	// reads with fewer streams, as storage prefers.
+	ColdPageCache bool
+	// NoLoadWarmup skips the warm-up that runs while the weights upload
+	// (eager prefill passes that build the cuBLASLt plans and load their
+	// kernels, and the batch-1 decode graph's capture); those costs then
+	// fall on the first request.
+	NoLoadWarmup bool
 	// Stage, when set, is called with each cold stage of NewBackend as it
 	// ends (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc), and
 	// with graph_capture from inside Forward when a decode bucket is first
@@ -94,6 +107,7 @@ type Backend struct {
 
 	qDim, kvDim, qkvDim int
 	weights, smalls     DevicePtr // the two weight allocations
+	weightsBytes        int64
 	embed, lmHead       DevicePtr
 	finalNorm, invFreq  DevicePtr
 	layers              []devLayer
@@ -121,63 +135,198 @@ type Backend struct {
 // driver, retains device opts.Device's primary context, loads the kernels
 // and cuBLASLt, uploads the weights (bf16; f16/f32 checkpoints are converted
 // on the host) and allocates the KV pool. The checkpoint may be closed once
-// NewBackend returns: the weights then live on the device only.
+// NewBackend returns: the weights then live on the device only. It is
+// Start followed by Load; a server that wants the driver's initialisation
+// to overlap its own loading calls those two itself.
 func NewBackend(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
+	if err := checkOptions(ck, opts); err != nil {
+		return nil, err
+	}
+	s, err := Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.Load(ck, opts)
+}
+
+// checkOptions refuses what no device work can fix.
+func checkOptions(ck *model.Checkpoint, opts BackendOptions) error {
 	if ck == nil {
-		return nil, errors.New("cuda: nil checkpoint")
+		return errors.New("cuda: nil checkpoint")
 	}
 	c := ck.Config
 	switch c.Arch {
 	case model.ArchQwen3, model.ArchQwen2, model.ArchLlama:
 	default:
-		return nil, fmt.Errorf("cuda: architecture %q is not supported (qwen3, qwen2, llama)", c.Arch)
+		return fmt.Errorf("cuda: architecture %q is not supported (qwen3, qwen2, llama)", c.Arch)
 	}
 	if opts.NumBlocks <= 0 || opts.BlockSize <= 0 {
-		return nil, fmt.Errorf("cuda: need a positive KV block count and block size, got %d blocks of %d positions", opts.NumBlocks, opts.BlockSize)
+		return fmt.Errorf("cuda: need a positive KV block count and block size, got %d blocks of %d positions", opts.NumBlocks, opts.BlockSize)
 	}
 	if err := (AttnShape{c.NumHeads, c.NumKVHeads, c.HeadDim, opts.BlockSize}).validate(); err != nil {
-		return nil, fmt.Errorf("cuda: %s cannot run on these kernels: %w", ck.Dir, err)
+		return fmt.Errorf("cuda: %s cannot run on these kernels: %w", ck.Dir, err)
 	}
-	b := &Backend{cfg: c, opts: opts, r: NewRunner(), graphs: map[int]*Graph{}}
-	b.buckets = DefaultGraphBuckets()
-	if len(opts.GraphBuckets) > 0 {
-		b.buckets = append([]int(nil), opts.GraphBuckets...)
-		sort.Ints(b.buckets)
+	return nil
+}
+
+// uploadMode resolves BackendOptions.Upload and UploadEnv.
+func uploadMode(opt string) (string, error) {
+	if v := os.Getenv(UploadEnv); v != "" {
+		opt = v
 	}
-	b.graphStride = min(opts.NumBlocks, 256)
-	if opts.GraphMaxBlocks > 0 {
-		b.graphStride = min(opts.NumBlocks, opts.GraphMaxBlocks)
+	switch opt {
+	case "", UploadStaged:
+		return UploadStaged, nil
+	case UploadMapped:
+		return UploadMapped, nil
 	}
-	b.qDim, b.kvDim = c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	b.qkvDim = b.qDim + 2*b.kvDim
-	err := b.r.Do(context.Background(), func() error { return b.build(ck) })
+	return "", fmt.Errorf("cuda: upload mode %q is not one of %s, %s (check %s)", opt, UploadStaged, UploadMapped, UploadEnv)
+}
+
+// Starter is a CUDA backend on its way up. Start begins, in the
+// background, the driver and context initialisation (cuda_init) on the
+// backend's thread, the dlopen of cuBLASLt and the staging ring's
+// allocation, so that a server can open its checkpoint and tokenizer
+// meanwhile; Load finishes the backend. Call exactly one of Load and
+// Abort.
+type Starter struct {
+	b       *Backend
+	initErr chan error      // cuda_init's result
+	blas    chan blasResult // the dlopened cuBLASLt
+	ring    chan ringResult // the staging ring (staged uploads only)
+	used    bool
+}
+
+type blasResult struct {
+	lib blasLib
+	err error
+	ms  float64
+}
+
+type ringResult struct {
+	ring *stagingRing
+	err  error
+	ms   float64
+}
+
+// Start loads the driver library (failing at once, with ErrNoDriver, on a
+// machine without one) and starts bringing device opts.Device up. Only
+// opts.Device, opts.Upload and opts.Stage are used here.
+func Start(opts BackendOptions) (*Starter, error) {
+	mode, err := uploadMode(opts.Upload)
 	if err != nil {
-		b.r.Do(context.Background(), func() error { b.free(); return nil })
-		b.r.Close()
+		return nil, err
+	}
+	d, err := LoadDriver()
+	if err != nil {
+		return nil, err
+	}
+	opts.Upload = mode
+	b := &Backend{opts: opts, r: NewRunner(), graphs: map[int]*Graph{}, d: d}
+	s := &Starter{b: b, initErr: make(chan error, 1), blas: make(chan blasResult, 1), ring: make(chan ringResult, 1)}
+	// Both goroutines send exactly once into buffered channels that Load
+	// or Abort drain.
+	go func() {
+		t := time.Now()
+		lib, err := openBLASLib()
+		s.blas <- blasResult{lib, err, msSince(t)}
+	}()
+	go func() {
+		if mode != UploadStaged {
+			s.ring <- ringResult{}
+			return
+		}
+		t := time.Now()
+		r, err := newStagingRing(stagingReaders(false)+stagingSlack, stagingSlotBytes)
+		s.ring <- ringResult{r, err, msSince(t)}
+	}()
+	go func() { s.initErr <- b.r.Do(context.Background(), b.initCUDA) }()
+	return s, nil
+}
+
+// Load finishes the backend over ck with opts (opts.Device and opts.Upload
+// are the ones Start was given). On error everything Start began is
+// released.
+func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
+	if s.used {
+		return nil, errors.New("cuda: Starter.Load called twice")
+	}
+	s.used = true
+	b := s.b
+	err := checkOptions(ck, opts)
+	if initErr := <-s.initErr; err == nil {
+		err = initErr
+	}
+	if err == nil {
+		opts.Device, opts.Upload = b.opts.Device, b.opts.Upload
+		b.opts, b.cfg = opts, ck.Config
+		c := b.cfg
+		b.buckets = DefaultGraphBuckets()
+		if len(opts.GraphBuckets) > 0 {
+			b.buckets = append([]int(nil), opts.GraphBuckets...)
+			sort.Ints(b.buckets)
+		}
+		b.graphStride = min(opts.NumBlocks, 256)
+		if opts.GraphMaxBlocks > 0 {
+			b.graphStride = min(opts.NumBlocks, opts.GraphMaxBlocks)
+		}
+		b.qDim, b.kvDim = c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+		b.qkvDim = b.qDim + 2*b.kvDim
+		err = b.r.Do(context.Background(), func() error { return b.build(ck, s) })
+	}
+	if err != nil {
+		s.release()
 		return nil, err
 	}
 	return b, nil
 }
 
+// Abort releases what Start began, for a server that will not call Load
+// (its checkpoint failed to open).
+func (s *Starter) Abort() {
+	if s.used {
+		return
+	}
+	s.used = true
+	<-s.initErr
+	s.release()
+}
+
+// release frees the backend's device state and whatever of the
+// background work build did not adopt (build drains the channels it uses
+// and leaves nil results behind).
+func (s *Starter) release() {
+	b := s.b
+	b.r.Do(context.Background(), func() error { b.free(); return nil })
+	b.r.Close()
+	// Each channel holds one value at any time once its goroutine has
+	// sent: the original result, or the empty one build left after
+	// adopting it.
+	(<-s.blas).lib.close()
+	(<-s.ring).ring.unmap()
+}
+
 func (b *Backend) stage(st trace.Stage, start time.Time, attrs trace.Attrs) {
-	rec := StageRecord{Stage: st, Start: start, End: time.Now(), Attrs: attrs}
+	b.stageSpan(st, start, time.Now(), attrs)
+}
+
+func (b *Backend) stageSpan(st trace.Stage, start, end time.Time, attrs trace.Attrs) {
+	rec := StageRecord{Stage: st, Start: start, End: end, Attrs: attrs}
 	b.stages = append(b.stages, rec)
 	if b.opts.Stage != nil {
 		b.opts.Stage(rec)
 	}
 }
 
-// build runs on the runner thread.
-func (b *Backend) build(ck *model.Checkpoint) error {
+// initCUDA is the cuda_init stage: driver, device, primary context and the
+// compute stream (runner thread).
+func (b *Backend) initCUDA() error {
 	t0 := time.Now()
-	d, err := LoadDriver()
-	if err != nil {
-		return err
-	}
-	b.d = d
+	d := b.d
 	if err := d.Init(); err != nil {
 		return fmt.Errorf("cuda: %w (is the NVIDIA driver loaded? see treni-top doctor)", err)
 	}
+	var err error
 	if b.info, err = d.Device(b.opts.Device); err != nil {
 		return fmt.Errorf("cuda: device %d: %w", b.opts.Device, err)
 	}
@@ -188,37 +337,159 @@ func (b *Backend) build(ck *model.Checkpoint) error {
 		return err
 	}
 	b.stage(trace.StageCUDAInit, t0, trace.Attrs{"device": b.info.Name, "ordinal": b.opts.Device, "driver": d.Path})
+	return nil
+}
 
-	t0 = time.Now()
-	if b.k, err = b.c.LoadKernels(); err != nil {
-		return err
-	}
-	if b.blas, err = b.c.NewBLAS(); err != nil {
-		return err
-	}
-	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version})
-
-	t0 = time.Now()
-	st, err := b.upload(ck)
+// build runs on the runner thread once cuda_init is done. The weight
+// copies run on a second thread (staged uploads) while this one loads the
+// kernels and cuBLASLt, allocates the KV pool and warms up; the
+// decoder_tensor_upload stage therefore overlaps kernel_load, kv_alloc and
+// warmup on the time axis.
+func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
+	t0 := time.Now()
+	st, jobs, finish, err := b.layout(ck)
 	if err != nil {
 		return err
 	}
-	b.uploadSec = time.Since(t0).Seconds()
-	b.uploadBytes = st.bytes
-	b.stage(trace.StageDecoderTensorUpload, t0, trace.Attrs{
-		"bytes": st.bytes, "gb_per_s": float64(st.bytes) / b.uploadSec / 1e9, "tensors": st.tensors,
-		"chunks": st.chunks, "registered": st.registered, "converted_bytes": st.converted, "streams": 2,
-	})
+	rr := <-s.ring
+	ring := rr.ring
+	s.ring <- ringResult{} // adopted: release() finds nothing left to free
+	defer ring.unmap()
+	var (
+		upDone <-chan error
+		upEnd  time.Time
+		staged stagedStats
+		regMS  float64
+	)
+	join := func() error {
+		if upDone == nil {
+			return nil
+		}
+		err := <-upDone
+		upDone = nil
+		return err
+	}
+	defer join() // never leave the upload thread running on an error path
+	switch {
+	case len(jobs) == 0:
+		upEnd = time.Now()
+	case b.opts.Upload == UploadStaged && rr.err == nil && ring != nil:
+		chunks := planChunks(jobs, ring.slotBytes)
+		st.chunks = len(chunks)
+		upDone = uploadThread(b.c, func() error {
+			t := time.Now()
+			// Page-locked, the ring is copied from at full bandwidth; if
+			// the driver refuses, the copies still work (pageable).
+			st.registered = b.c.HostRegister(ring.ptr(), len(ring.mem), false) == nil
+			regMS = msSince(t)
+			if st.registered {
+				defer b.c.HostUnregister(ring.ptr())
+			}
+			dma, err := newCudaDMA(b.c, ring.slots())
+			if err != nil {
+				return err
+			}
+			defer dma.destroy()
+			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
+			upEnd = time.Now() // the last copy is done; teardown is not upload
+			return err
+		})
+	default:
+		if rr.err != nil {
+			st.fallback = rr.err.Error()
+		}
+		st.chunks, st.registered, err = b.copyRegistered(jobs)
+		upEnd = time.Now()
+		if err != nil {
+			return err
+		}
+	}
 
-	t0 = time.Now()
+	// While the weights travel: the host-converted weights, kernels,
+	// cuBLASLt, KV pool, warm-up.
+	overlapped := upDone != nil
+	err = finish(&st)
+	if err == nil {
+		err = b.loadKernels(s, overlapped)
+	}
+	if err == nil {
+		err = b.allocKV()
+	}
+	warmed := false
+	if err == nil && !b.opts.NoLoadWarmup {
+		warmed, err = b.loadWarmup(context.Background(), overlapped)
+	}
+	if upErr := join(); upErr != nil || err != nil {
+		return errors.Join(err, upErr)
+	}
+	b.uploadSec = upEnd.Sub(t0).Seconds()
+	b.uploadBytes = st.bytes
+	attrs := trace.Attrs{
+		"bytes": st.bytes, "gb_per_s": float64(st.bytes) / max(b.uploadSec, 1e-9) / 1e9, "tensors": st.tensors,
+		"chunks": st.chunks, "registered": st.registered, "converted_bytes": st.converted, "streams": 2, "mode": b.opts.Upload,
+	}
+	if b.opts.Upload == UploadStaged && ring != nil {
+		attrs["read_bytes"] = staged.readBytes
+		attrs["readers"] = stagingReaders(b.opts.ColdPageCache)
+		attrs["staging_bytes"] = len(ring.mem)
+		attrs["staging_alloc_ms"] = rr.ms
+		attrs["staging_register_ms"] = regMS
+	}
+	if st.fallback != "" {
+		attrs["mode"] = UploadMapped
+		attrs["fallback"] = st.fallback
+	}
+	b.stageSpan(trace.StageDecoderTensorUpload, t0, upEnd, attrs)
+	if warmed {
+		// The warm-up wrote K and V of dummy tokens: zero the pool again
+		// (graph padding rows attend to block 0 and must read finite
+		// values).
+		if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {
+			return err
+		}
+	}
+	// The upload streams are done; make that visible to the compute
+	// stream too.
+	return b.c.Synchronize()
+}
+
+// loadKernels is the kernel_load stage: the fatbin's module and a cuBLASLt
+// handle over the library Start dlopened in the background.
+func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
+	t0 := time.Now()
+	var err error
+	if b.k, err = b.c.LoadKernels(); err != nil {
+		return err
+	}
+	moduleMS := msSince(t0)
+	t1 := time.Now()
+	br := <-s.blas
+	s.blas <- blasResult{} // adopted
+	if br.err != nil {
+		return br.err
+	}
+	waitMS := msSince(t1)
+	t2 := time.Now()
+	if b.blas, err = b.c.newBLASFrom(br.lib); err != nil {
+		return err
+	}
+	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
+		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
+		"concurrent_with_upload": overlapped})
+	return nil
+}
+
+// allocKV is the backend's kv_alloc stage: the paged pool, zeroed so that
+// graph padding rows, which attend to block 0, read finite values.
+func (b *Backend) allocKV() error {
+	t0 := time.Now()
 	c := b.cfg
 	perLayer := int64(b.opts.NumBlocks) * int64(c.NumKVHeads) * int64(b.opts.BlockSize) * int64(c.HeadDim) * 2
 	b.kvBytes = perLayer * 2 * int64(c.NumLayers)
+	var err error
 	if b.kv, err = b.c.Alloc(int(b.kvBytes)); err != nil {
 		return fmt.Errorf("cuda: KV pool of %d blocks (%d bytes; lower the block count): %w", b.opts.NumBlocks, b.kvBytes, err)
 	}
-	// Zeroed so that graph padding rows, which attend to block 0, read
-	// finite values.
 	if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {
 		return err
 	}
@@ -233,30 +504,103 @@ func (b *Backend) build(ck *model.Checkpoint) error {
 	return nil
 }
 
+// warmupPrefill are the step sizes the load warm-up runs once each: the
+// GEMM row counts padRows produces from 8 to 256 (the decode graph adds 1;
+// 2 and 4, the next graph buckets, were left out after measuring: their 8
+// extra plans lengthened the warm-up past the 0.6B-shaped upload by 50 ms).
+// cuBLASLt chooses and lazily loads a kernel per shape; after the warm-up a
+// step of any length up to 256 finds its plans built and kernels loaded.
+// The first is also the scratch size set aside for prefill chunks.
+var warmupPrefill = [...]int{256, 128, 64, 32, 16, 8}
+
+// loadWarmup runs dummy eager prefills of warmupPrefill lengths and one
+// batch-1 decode step, capturing its graph, while the weights are still
+// uploading: the weights read are partly stale, which does not matter for
+// what is being warmed (plans, lazily loaded kernels, scratch buffers, the
+// graph's recording). It reports whether it ran; the caller re-zeroes the
+// KV pool afterwards.
+func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) (bool, error) {
+	c := b.cfg
+	bs := b.opts.BlockSize
+	maxT := min(warmupPrefill[0], b.opts.NumBlocks*bs-1)
+	if maxT < 1 {
+		return false, nil
+	}
+	t0 := time.Now()
+	// Size the scratch for the largest warm-up prefill and the metadata
+	// of the largest graph bucket, so that the first requests neither
+	// allocate nor drop a captured graph.
+	meta := 4*maxT + (maxT+bs-1)/bs
+	if !b.opts.NoGraphs && len(b.buckets) > 0 {
+		Bk := b.buckets[len(b.buckets)-1]
+		meta = max(meta, 4*Bk+Bk*b.graphStride)
+	}
+	if err := b.grow(maxT, 8, meta); err != nil {
+		return false, err
+	}
+	blocks := make([]int32, (maxT+bs)/bs)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	row := [][]float32{make([]float32, c.VocabSize)}
+	passes := 0
+	for _, T := range warmupPrefill {
+		if T > maxT {
+			continue
+		}
+		toks := make([]int32, T)
+		for i := range toks {
+			toks[i] = int32(i % c.VocabSize)
+		}
+		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: toks, Blocks: blocks, WantLogits: true}}}
+		stride := (T + bs - 1) / bs
+		b.hostMeta = stepMeta(b.hostMeta, bt, bs, T, 1, stride)
+		if err := b.forward(ctx, bt, row, T, 1, stride); err != nil {
+			return true, fmt.Errorf("cuda: load warm-up prefill of %d tokens: %w", T, err)
+		}
+		passes++
+	}
+	graphs := 0
+	if Bk := b.bucket(1); !b.opts.NoGraphs && !b.graphsOff && Bk > 0 && maxT >= 2 {
+		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: []int32{1}, Pos: 1, Blocks: blocks, WantLogits: true}}}
+		b.hostMeta = stepMeta(b.hostMeta, bt, bs, Bk, Bk, b.graphStride)
+		if err := b.forwardGraph(ctx, row, 1, Bk); err != nil {
+			return true, fmt.Errorf("cuda: load warm-up decode step: %w", err)
+		}
+		graphs = len(b.graphs)
+	}
+	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "prefill_passes": passes, "gemm_plans": b.blas.Plans(),
+		"graphs": graphs, "concurrent_with_upload": overlapped})
+	return true, nil
+}
+
 // uploadStats describes the weight upload.
 type uploadStats struct {
 	bytes, converted int64
 	tensors, chunks  int
 	registered       bool
+	fallback         string // why the staged path was not taken
 }
 
 // copyJob is one tensor's bytes headed for the device.
 type copyJob struct {
-	src  []byte // in the checkpoint's mmap
+	src  []byte // in the checkpoint's mmap (the mapped path reads these)
 	file string
+	off  int64 // src's offset in file (the staged path reads these)
+	n    int
 	dst  DevicePtr
 }
 
 const uploadChunk = 64 << 20
 
-// upload places every weight on the device. Matrices go into one
-// allocation at 256-byte aligned offsets, q/k/v and gate/up fused by
-// placing their rows back to back; bf16 matrices are copied straight from
-// the mmap through cuMemHostRegister'd chunks alternating over two streams
-// (registering chunk i+1 overlaps the copies of chunk i). Norm weights and
-// biases are converted to f32 on the host and uploaded in one copy.
-func (b *Backend) upload(ck *model.Checkpoint) (uploadStats, error) {
-	var st uploadStats
+// layout places every weight on the device and returns the copies still
+// to do. Matrices go into one allocation at 256-byte aligned offsets, q/k/v
+// and gate/up fused by placing their rows back to back; bf16 matrices are
+// left to the caller as copy jobs (staged or mapped, see upload.go). finish,
+// which the caller runs once those copies are under way, converts and
+// copies the rest on the host: the norm weights and biases (f32, one copy)
+// and the matrices of f16/f32 checkpoints. Nothing here reads weight bytes.
+func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, finish func(*uploadStats) error, err error) {
 	c := b.cfg
 	H, I := c.HiddenSize, c.IntermediateSize
 	get := func(name string, shape ...int) (*model.Tensor, error) {
@@ -304,46 +648,48 @@ func (b *Backend) upload(ck *model.Checkpoint) (uploadStats, error) {
 		wsize = (wsize + 255) &^ 255
 		return off
 	}
-	// Small f32 vectors, uploaded in one copy.
-	var smalls []float32
+	// Small f32 vectors (norm weights, biases), uploaded in one copy by
+	// finish: only their places are decided here, so that no byte of the
+	// weight files is read before the bulk upload has started (on a cold
+	// page cache, faulting these scattered tensors in through the mapping
+	// took 0.8 s on the H100 host).
+	smallsN := 0 // f32 elements
 	type smallRef struct {
 		dst *DevicePtr
 		off int
 	}
+	type smallPart struct {
+		t   *model.Tensor
+		off int
+	}
 	var refs []smallRef
-	addSmall := func(dst *DevicePtr, vals ...[]float32) {
-		refs = append(refs, smallRef{dst, len(smalls)})
-		for _, v := range vals {
-			smalls = append(smalls, v...)
+	var parts []smallPart
+	addSmall := func(dst *DevicePtr, ts ...*model.Tensor) {
+		refs = append(refs, smallRef{dst, smallsN})
+		for _, t := range ts {
+			parts = append(parts, smallPart{t, smallsN})
+			smallsN += len(t.Data) / t.DType.Size()
 		}
-		for len(smalls)%64 != 0 { // 256-byte alignment
-			smalls = append(smalls, 0)
-		}
+		smallsN = (smallsN + 63) &^ 63 // 256-byte alignment
 	}
-	vec := func(name string, n int) ([]float32, error) {
-		t, err := get(name, n)
-		if err != nil {
-			return nil, err
-		}
-		return toF32(t), nil
-	}
+	vec := func(name string, n int) (*model.Tensor, error) { return get(name, n) }
 
 	embedT, err := get("model.embed_tokens.weight", c.VocabSize, H)
 	if err != nil {
-		return st, err
+		return st, nil, nil, err
 	}
 	embedOff := place(embedT)
 	lmOff := embedOff
 	if !c.TieWordEmbeddings {
 		lm, err := get("lm_head.weight", c.VocabSize, H)
 		if err != nil {
-			return st, err
+			return st, nil, nil, err
 		}
 		lmOff = place(lm)
 	}
 	fn, err := vec("model.norm.weight", H)
 	if err != nil {
-		return st, err
+		return st, nil, nil, err
 	}
 	addSmall(&b.finalNorm, fn)
 	type layerOffs struct{ qkv, o, gu, down int64 }
@@ -361,59 +707,60 @@ func (b *Backend) upload(ck *model.Checkpoint) (uploadStats, error) {
 			{"mlp.down_proj.weight", H, I},
 		} {
 			if ts[j], err = get(p+spec.name, spec.rows, spec.cols); err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 		}
 		offs[i] = layerOffs{qkv: placeFused(ts[0], ts[1], ts[2]), o: place(ts[3]), gu: placeFused(ts[4], ts[5]), down: place(ts[6])}
 		l := &b.layers[i]
 		an, err := vec(p+"input_layernorm.weight", H)
 		if err != nil {
-			return st, err
+			return st, nil, nil, err
 		}
 		addSmall(&l.attnNorm, an)
 		mn, err := vec(p+"post_attention_layernorm.weight", H)
 		if err != nil {
-			return st, err
+			return st, nil, nil, err
 		}
 		addSmall(&l.mlpNorm, mn)
 		if c.QKVBias {
 			qb, err := vec(p+"self_attn.q_proj.bias", b.qDim)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			kb, err := vec(p+"self_attn.k_proj.bias", b.kvDim)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			vb, err := vec(p+"self_attn.v_proj.bias", b.kvDim)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			addSmall(&l.qkvBias, qb, kb, vb)
 		}
 		if c.OProjBias {
 			ob, err := vec(p+"self_attn.o_proj.bias", H)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			addSmall(&l.oBias, ob)
 		}
 		if c.QKNorm {
 			qn, err := vec(p+"self_attn.q_norm.weight", c.HeadDim)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			kn, err := vec(p+"self_attn.k_norm.weight", c.HeadDim)
 			if err != nil {
-				return st, err
+				return st, nil, nil, err
 			}
 			addSmall(&l.qNorm, qn)
 			addSmall(&l.kNorm, kn)
 		}
 	}
 
+	b.weightsBytes = wsize
 	if b.weights, err = b.c.Alloc(int(wsize)); err != nil {
-		return st, fmt.Errorf("cuda: weights need %d bytes of device memory: %w", wsize, err)
+		return st, nil, nil, fmt.Errorf("cuda: weights need %d bytes of device memory: %w", wsize, err)
 	}
 	b.embed, b.lmHead = b.weights+DevicePtr(embedOff), b.weights+DevicePtr(lmOff)
 	for i := range b.layers {
@@ -422,45 +769,49 @@ func (b *Backend) upload(ck *model.Checkpoint) (uploadStats, error) {
 		l.gu, l.down = b.weights+DevicePtr(offs[i].gu), b.weights+DevicePtr(offs[i].down)
 	}
 	inv := c.InvFreq()
-	if b.smalls, err = b.c.Alloc(len(smalls)*4 + len(inv)*8); err != nil {
-		return st, err
-	}
-	if err := b.c.CopyHtoD(b.smalls, unsafe.Pointer(&smalls[0]), len(smalls)*4); err != nil {
-		return st, err
+	if b.smalls, err = b.c.Alloc(smallsN*4 + len(inv)*8); err != nil {
+		return st, nil, nil, err
 	}
 	for _, r := range refs {
 		*r.dst = b.smalls + DevicePtr(r.off*4)
 	}
-	b.invFreq = b.smalls + DevicePtr(len(smalls)*4)
-	if err := b.c.CopyHtoD(b.invFreq, unsafe.Pointer(&inv[0]), len(inv)*8); err != nil {
-		return st, err
-	}
+	b.invFreq = b.smalls + DevicePtr(smallsN*4)
 
-	// Matrices: bf16 straight from the mmap, others converted here.
-	var jobs []copyJob
+	// Matrices: bf16 left to the caller's copy jobs, others to finish.
+	var convert []*model.Tensor
+	var convertDst []DevicePtr
 	for _, m := range mats {
 		dst := b.weights + DevicePtr(m.off)
 		st.tensors++
 		if m.t.DType == model.BF16 {
-			jobs = append(jobs, copyJob{src: m.t.Data, file: m.t.File, dst: dst})
+			jobs = append(jobs, copyJob{src: m.t.Data, file: m.t.File, off: m.t.Offset, n: len(m.t.Data), dst: dst})
 			st.bytes += int64(len(m.t.Data))
 			continue
 		}
-		conv := toBF16(m.t)
-		if err := b.c.CopyHtoD(dst, unsafe.Pointer(&conv[0]), len(conv)*2); err != nil {
-			return st, fmt.Errorf("cuda: upload %s: %w", m.t.Name, err)
+		convert, convertDst = append(convert, m.t), append(convertDst, dst)
+	}
+	finish = func(st *uploadStats) error {
+		smalls := make([]float32, smallsN)
+		for _, p := range parts {
+			copy(smalls[p.off:], toF32(p.t))
 		}
-		st.bytes += int64(len(conv) * 2)
-		st.converted += int64(len(conv) * 2)
+		if err := b.c.CopyHtoD(b.smalls, unsafe.Pointer(&smalls[0]), len(smalls)*4); err != nil {
+			return err
+		}
+		if err := b.c.CopyHtoD(b.invFreq, unsafe.Pointer(&inv[0]), len(inv)*8); err != nil {
+			return err
+		}
+		for i, t := range convert {
+			conv := toBF16(t)
+			if err := b.c.CopyHtoD(convertDst[i], unsafe.Pointer(&conv[0]), len(conv)*2); err != nil {
+				return fmt.Errorf("cuda: upload %s: %w", t.Name, err)
+			}
+			st.bytes += int64(len(conv) * 2)
+			st.converted += int64(len(conv) * 2)
+		}
+		return nil
 	}
-	chunks, registered, err := b.copyRegistered(jobs)
-	st.chunks, st.registered = chunks, registered
-	if err != nil {
-		return st, err
-	}
-	// The default-stream copies above and the upload streams are done;
-	// make that visible to the compute stream too.
-	return st, b.c.Synchronize()
+	return st, jobs, finish, nil
 }
 
 // copyRegistered copies jobs grouped by file through page-aligned chunks
@@ -940,6 +1291,27 @@ func (b *Backend) upMeta() error {
 	return b.s.CopyHtoDAsync(b.meta, b.metaHost.Ptr, len(m)*4)
 }
 
+// padRows is the row count a GEMM over n rows runs with: n itself up to 4
+// (decode steps, graph buckets 1, 2, 4), else the next power of two, at
+// most the scratch capacity. cuBLASLt picks (and lazily loads) a kernel per
+// shape, and a first request of an unseen length paid that on its critical
+// path (tens of ms on the H100); with padding, the shapes are the handful
+// the load warm-up runs. The extra rows compute on stale scratch and are
+// never read: every kernel after a GEMM works on the step's n rows, and
+// the next step's embedding rewrites the residual rows it uses. A GEMM at
+// these sizes streams the weights once however many rows it has, so the
+// padding costs no measurable time.
+func padRows(n, capacity int) int {
+	if n <= 4 {
+		return n
+	}
+	p := 8
+	for p < n {
+		p <<= 1
+	}
+	return max(n, min(p, capacity))
+}
+
 func (b *Backend) gemm(y, x, w DevicePtr, M, N, K int, out DType, acc bool) error {
 	return b.blas.Gemm(b.s, GemmShape{M: M, N: N, K: K, In: BF16, Out: out}, y, x, w, acc)
 }
@@ -956,6 +1328,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	shape := AttnShape{c.NumHeads, c.NumKVHeads, c.HeadDim, b.opts.BlockSize}
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
+	M := padRows(T, b.capT)
 	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
 		return err
 	}
@@ -966,7 +1339,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 		l := &b.layers[li]
 		steps := []func() error{
 			func() error { return k.RMSNorm(s, b.h, b.x, l.attnNorm, T, H, eps) },
-			func() error { return b.gemm(b.qkv, b.h, l.qkv, T, b.qkvDim, H, BF16, false) },
+			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
 			func() error {
 				return k.QKNormRopeStore(s, shape, RopeStoreArgs{QKV: b.qkv, Bias: l.qkvBias, QNorm: l.qNorm, KNorm: l.kNorm,
 					InvFreq: b.invFreq, Pos: dPos, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
@@ -976,7 +1349,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 					TokSeq: dSeq, Pos: dPos, BlockTables: dTables, BTStride: btStride, T: T, Scale: scale})
 			},
 			// o_proj accumulates straight into the f32 residual (beta = 1).
-			func() error { return b.gemm(b.x, b.att, l.o, T, H, b.qDim, F32, true) },
+			func() error { return b.gemm(b.x, b.att, l.o, M, H, b.qDim, F32, true) },
 			func() error {
 				if l.oBias == 0 {
 					return nil
@@ -984,9 +1357,9 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 				return k.BiasAddF32(s, b.x, l.oBias, T, H)
 			},
 			func() error { return k.RMSNorm(s, b.h, b.x, l.mlpNorm, T, H, eps) },
-			func() error { return b.gemm(b.gu, b.h, l.gu, T, 2*I, H, BF16, false) },
+			func() error { return b.gemm(b.gu, b.h, l.gu, M, 2*I, H, BF16, false) },
 			func() error { return k.SwiGLU(s, b.act, b.gu, T, I) },
-			func() error { return b.gemm(b.x, b.act, l.down, T, H, I, F32, true) },
+			func() error { return b.gemm(b.x, b.act, l.down, M, H, I, F32, true) },
 		}
 		for _, f := range steps {
 			if err := f(); err != nil {
@@ -1031,7 +1404,7 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float
 		}
 		n++
 	}
-	if err := b.gemm(b.logitsD, b.lmX, b.lmHead, n, V, H, F32, false); err != nil {
+	if err := b.gemm(b.logitsD, b.lmX, b.lmHead, padRows(n, b.capRows), V, H, F32, false); err != nil {
 		return fmt.Errorf("cuda: lm_head: %w", err)
 	}
 	if err := b.fetchLogits(n); err != nil {

@@ -92,3 +92,16 @@ func TestNewBackendWithoutGPU(t *testing.T) {
 		t.Fatalf("without a driver: %v", err)
 	}
 }
+
+// TestPadRows: decode sizes stay exact, others round up to a power of two
+// within the capacity, and never below n.
+func TestPadRows(t *testing.T) {
+	for _, c := range []struct{ n, capacity, want int }{
+		{1, 256, 1}, {3, 256, 3}, {4, 256, 4}, {5, 256, 8}, {8, 256, 8}, {52, 256, 64},
+		{129, 256, 256}, {200, 220, 220}, {300, 256, 300},
+	} {
+		if got := padRows(c.n, c.capacity); got != c.want {
+			t.Errorf("padRows(%d, %d) = %d, want %d", c.n, c.capacity, got, c.want)
+		}
+	}
+}

@@ -176,28 +176,69 @@ func (b *BLAS) check(call string, st C.int) error {
 	return e
 }
 
-// NewBLAS finds cuBLASLt (FindLibrary over BLASSonames), creates a handle
-// and allocates its workspace on the context's device. Call it on the
-// context's thread.
-func (c *Context) NewBLAS() (*BLAS, error) {
-	lib := FindLibrary("cuBLASLt", BLASSonames())
-	if !lib.Found {
-		return nil, fmt.Errorf("%w (tried %s): %s; install the CUDA toolkit's cuBLAS or pip install nvidia-cublas, or set %s to its folder",
-			ErrNoBLAS, strings.Join(lib.Tried, ", "), lib.Error, LibDirEnv)
-	}
-	return c.OpenBLAS(lib.Path)
+// blasLib is a dlopened cuBLASLt with its symbols resolved but no handle
+// yet. Opening it makes no CUDA call, so it can happen on any goroutine
+// while the driver initialises: the dlopen and relocation of a library of
+// several hundred MB is a visible share of a cold start.
+type blasLib struct {
+	lib  *C.tt_blaslt
+	path string
 }
 
-// OpenBLAS is NewBLAS with the library file given.
-func (c *Context) OpenBLAS(path string) (*BLAS, error) {
+// openBLASLib finds cuBLASLt (LibDirEnv, then the usual places) and
+// dlopens it.
+func openBLASLib() (blasLib, error) {
+	lib := FindLibrary("cuBLASLt", BLASSonames())
+	if !lib.Found {
+		return blasLib{}, fmt.Errorf("%w (tried %s): %s; install the CUDA toolkit's cuBLAS or pip install nvidia-cublas, or set %s to its folder",
+			ErrNoBLAS, strings.Join(lib.Tried, ", "), lib.Error, LibDirEnv)
+	}
+	return openBLASPath(lib.Path)
+}
+
+func openBLASPath(path string) (blasLib, error) {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
 	var errb [512]C.char
 	lib := C.tt_blaslt_open(cp, &errb[0], C.size_t(len(errb)))
 	if lib == nil {
-		return nil, fmt.Errorf("%w: %s (set %s to the folder holding libcublasLt.so.*)", ErrNoBLAS, C.GoString(&errb[0]), LibDirEnv)
+		return blasLib{}, fmt.Errorf("%w: %s (set %s to the folder holding libcublasLt.so.*)", ErrNoBLAS, C.GoString(&errb[0]), LibDirEnv)
 	}
-	b := &BLAS{c: c, lib: lib, Path: path, plans: map[GemmShape]*C.tt_ltPlan{}}
+	return blasLib{lib: lib, path: path}, nil
+}
+
+// close releases a library no BLAS adopted.
+func (l blasLib) close() {
+	if l.lib != nil {
+		C.tt_blaslt_close(l.lib)
+	}
+}
+
+// NewBLAS loads cuBLASLt (LibDirEnv, then the usual places), creates a handle
+// and allocates its workspace on the context's device. Call it on the
+// context's thread.
+func (c *Context) NewBLAS() (*BLAS, error) {
+	l, err := openBLASLib()
+	if err != nil {
+		return nil, err
+	}
+	return c.newBLASFrom(l)
+}
+
+// OpenBLAS is NewBLAS with the library file given.
+func (c *Context) OpenBLAS(path string) (*BLAS, error) {
+	l, err := openBLASPath(path)
+	if err != nil {
+		return nil, err
+	}
+	return c.newBLASFrom(l)
+}
+
+// newBLASFrom creates the handle and workspace over an opened library,
+// which it owns from then on (closed on failure too).
+func (c *Context) newBLASFrom(l blasLib) (*BLAS, error) {
+	lib := l.lib
+	b := &BLAS{c: c, lib: lib, Path: l.path, plans: map[GemmShape]*C.tt_ltPlan{}}
 	b.Version = int(C.tt_ltGetVersion(lib))
 	if err := b.check("cublasLtCreate", C.tt_ltCreate(lib, &b.h)); err != nil {
 		C.tt_blaslt_close(lib)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/treni-top/treni-top/trace"
 	"golang.org/x/sys/unix"
@@ -365,6 +366,44 @@ func (c *Checkpoint) WeightFiles() []string {
 		out[i] = f.Path
 	}
 	return out
+}
+
+// Residency reports how many bytes of the mapped weight files are in the
+// page cache, by mincore, without touching them: a backend that reads the
+// files itself (the CUDA backend's staged upload) checks the cache instead
+// of populating it through the mapping, which would build page-table
+// entries for every page and count the weights in the process's RSS.
+func (c *Checkpoint) Residency() (resident, total int64, err error) {
+	c.mu.Lock()
+	maps := slices.Clone(c.maps)
+	c.mu.Unlock()
+	page := unix.Getpagesize()
+	var vec []byte
+	for _, m := range maps {
+		if len(m) == 0 {
+			continue
+		}
+		n := (len(m) + page - 1) / page
+		if cap(vec) < n {
+			vec = make([]byte, n)
+		}
+		vec = vec[:n]
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			return 0, 0, fmt.Errorf("page-cache residency of the weights in %s (mincore): %w", c.Dir, e)
+		}
+		for j, v := range vec {
+			if v&1 == 0 {
+				continue
+			}
+			if j == n-1 {
+				resident += int64(len(m) - j*page)
+			} else {
+				resident += int64(page)
+			}
+		}
+		total += int64(len(m))
+	}
+	return resident, total, nil
 }
 
 // prefetchChunk is the unit of work of one Prefetch worker: large enough

@@ -384,3 +384,43 @@ func TestPrefetchCancelAndStageLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestResidencyAfterPrefetch: Residency covers every mapped byte and, once
+// Prefetch has read them, finds them all in the page cache. Before that it
+// is whatever the cache holds (the files were just written, so usually
+// resident), never more than the total.
+func TestResidencyAfterPrefetch(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tinyConfig(ArchQwen2, false)
+	writeCkpt(t, dir, cfg, infos(t, mustJSON(t, cfg), F32), 2)
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var size int64
+	for _, f := range c.WeightFiles() {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += st.Size()
+	}
+	res, total, err := c.Residency()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != size || res < 0 || res > total {
+		t.Fatalf("resident %d of %d, files hold %d", res, total, size)
+	}
+	if _, err := c.Prefetch(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if res, total, err = c.Residency(); err != nil || res != total {
+		t.Fatalf("after Prefetch: resident %d of %d (%v)", res, total, err)
+	}
+	c.Close()
+	if res, total, err = c.Residency(); err != nil || res != 0 || total != 0 {
+		t.Fatalf("after Close: resident %d of %d (%v)", res, total, err)
+	}
+}

@@ -137,6 +137,27 @@ func Run(ctx context.Context, o Options) error {
 	}
 	em.stage(trace.StageRuntimeInit, mainStart, initEnd, initAttrs)
 
+	// The CUDA backend's driver and context come up (cuda_init) while the
+	// checkpoint and tokenizer load: Start returns at once and fails fast
+	// only where there is no driver at all.
+	var starter *cuda.Starter
+	if o.Device != "cpu" {
+		st, err := cuda.Start(cuda.BackendOptions{Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
+		switch {
+		case err == nil:
+			starter = st
+			defer func() {
+				if starter != nil {
+					starter.Abort() // Load never ran: release what Start began
+				}
+			}()
+		case o.Device == "cuda":
+			return fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
+		default:
+			em.log.Printf("device auto: no usable CUDA backend (%v); serving on the CPU", err)
+		}
+	}
+
 	// The checkpoint (index, then page cache) and the tokenizer are
 	// independent: load them side by side.
 	var (
@@ -166,7 +187,10 @@ func Run(ctx context.Context, o Options) error {
 		tokEnd = time.Now()
 		em.stage(trace.StageTokenizerLoad, start, tokEnd, trace.Attrs{"vocab": st.Vocab, "merges": st.Merges, "json_bytes": st.JSONBytes, "cache_hit": st.CacheHit})
 	}()
-	ck, loadEnd, err := loadCheckpoint(loadCtx, o, em, initEnd)
+	// The CUDA backend reads the weight files itself (staged upload): the
+	// page_cache stage then only measures residency, and storage reads, if
+	// any, happen inside decoder_tensor_upload.
+	ck, loadEnd, resident, err := loadCheckpoint(loadCtx, o, em, initEnd, starter == nil)
 	wg.Wait()
 	if err != nil || tokErr != nil {
 		if ck != nil {
@@ -198,11 +222,16 @@ func Run(ctx context.Context, o Options) error {
 	if blocks <= 0 {
 		blocks = max(o.MaxBatch*2048, maxSeq) / o.BlockSize
 	}
-	be, err := newBackend(ck, o, blocks, em)
+	be, err := newBackend(ck, o, blocks, em, starter, resident < 0.5)
+	starter = nil // Load consumed it, whatever its outcome
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	if be.Name() != "cpu" {
+		// The weights live on the device now: drop the mapping.
+		ck.Close()
+	}
 	if be.Name() != "cpu" {
 		// A device backend reported its own stages (cuda_init, kernel_load,
 		// decoder_tensor_upload and its kv_alloc); serve's kv_alloc covers
@@ -333,19 +362,36 @@ func (o *Options) normalize(lg *log.Logger) error {
 	return nil
 }
 
-// loadCheckpoint runs tensor_index_build then page_cache.
-// It returns the end of the last stage.
-func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time) (*model.Checkpoint, time.Time, error) {
+// loadCheckpoint runs tensor_index_build then page_cache: with prefetch,
+// reading every weight byte into the page cache through the mapping (the
+// CPU backend computes from it); without, only checking how much of the
+// weights the cache holds. It returns the end of the last stage and the
+// fraction of the weights resident before (1 after a prefetch).
+func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time, prefetch bool) (*model.Checkpoint, time.Time, float64, error) {
 	ck, err := model.Open(o.ModelDir)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("open the checkpoint: %w", err)
+		return nil, time.Time{}, 0, fmt.Errorf("open the checkpoint: %w", err)
 	}
 	st := ck.Stats
 	pStart := time.Now()
 	em.stage(trace.StageTensorIndexBuild, start, pStart, trace.Attrs{"tensors": st.Tensors, "bytes": st.Bytes, "files": st.Files, "header_bytes": st.HeaderBytes})
+	if !prefetch {
+		res, total, err := ck.Residency()
+		if err != nil {
+			return ck, time.Time{}, 0, err
+		}
+		pEnd := time.Now()
+		em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": total, "resident_bytes": res, "files": len(ck.WeightFiles()),
+			"read": "deferred to decoder_tensor_upload (the CUDA backend reads the files itself)"})
+		frac := 1.0
+		if total > 0 {
+			frac = float64(res) / float64(total)
+		}
+		return ck, pEnd, frac, nil
+	}
 	n, err := ck.Prefetch(ctx, 0)
 	if err != nil {
-		return ck, time.Time{}, fmt.Errorf("read the weights into the page cache: %w", err)
+		return ck, time.Time{}, 0, fmt.Errorf("read the weights into the page cache: %w", err)
 	}
 	pEnd := time.Now()
 	gbps := 0.0
@@ -353,7 +399,7 @@ func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time
 		gbps = float64(n) / d / 1e9
 	}
 	em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": n, "gb_per_s": round3(gbps), "files": len(ck.WeightFiles())})
-	return ck, pEnd, nil
+	return ck, pEnd, 1, nil
 }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
@@ -467,9 +513,9 @@ type backend interface {
 // saying why, cpu never touches CUDA. The CUDA backend reports its own cold
 // stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
 // graph_capture) as stage lines.
-func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter) (backend, error) {
-	if o.Device != "cpu" {
-		cb, err := cuda.NewBackend(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize,
+func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
+	if starter != nil {
+		cb, err := starter.Load(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache,
 			Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
 		if err == nil {
 			return cb, nil

@@ -1,0 +1,390 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// How the weights reach the device. Two paths, both measured on the lent
+// H100 (docs/BENCHMARKS.md):
+//
+//   - UploadStaged (the default): reader goroutines pread the weight files
+//     into a ring of page-locked staging slots while the copy engine drains
+//     the filled ones over two streams. The mapping of the weight files is
+//     never touched, so no page-table entry is built for 8 GB of weights
+//     (the cost that held the mapped path to ~13 GB/s), the process's RSS
+//     stays at the size of the ring, which is freed after the upload, and a
+//     cold page cache is read by several readers at once.
+//   - UploadMapped: the mapping itself is cuMemHostRegister'd chunk by chunk
+//     and copied from. Kept for comparison and as the fallback when the
+//     files cannot be opened for reading (the mapping is then all there is).
+
+// Upload modes of BackendOptions.Upload.
+const (
+	UploadStaged = "staged"
+	UploadMapped = "mapped"
+)
+
+// UploadEnv overrides BackendOptions.Upload when set (staged or mapped), so
+// benchmarks can compare the two paths on one binary.
+const UploadEnv = "TRENI_CUDA_UPLOAD"
+
+// Staging ring geometry. 16 MiB slots keep the per-copy overhead (~10 µs)
+// under 1% at 55 GB/s; the ring holds a slot per reader plus enough filled
+// slots to keep the copy engine busy while readers refill.
+const (
+	stagingSlotBytes = 16 << 20
+	stagingSlack     = 6
+	// maxReadGap is the largest stretch of a file between two wanted
+	// tensors that a chunk reads through rather than starting a new chunk
+	// (norm weights and biases sit between the matrices; reading them is
+	// cheaper than another read call).
+	maxReadGap = 1 << 20
+)
+
+// piece is one tensor's bytes inside a read chunk, headed for dst.
+type piece struct {
+	at  int // offset in the chunk
+	n   int
+	dst DevicePtr
+}
+
+// readChunk is one contiguous read of a weight file, at most a slot long.
+type readChunk struct {
+	file   string
+	off    int64
+	n      int
+	pieces []piece
+}
+
+// stagingReaders is how many goroutines pread the weight files. From a
+// warm page cache one thread copies at 4–5 GB/s, so approaching the
+// 55 GB/s of a pinned H2D copy takes a dozen; two cores stay free for the
+// backend's thread (kernel load, warm-up) and the copy thread. On the lent
+// H100 host (16 cores) 8 readers reached 31 GB/s and 14 reached 35 GB/s.
+// From storage, more readers only interleave more streams on the disk:
+// with a cold page cache coldReaders is used (8 read the 4B-shaped
+// checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
+func stagingReaders(cold bool) int {
+	if cold {
+		return coldReaders
+	}
+	return min(16, max(4, runtime.NumCPU()-2))
+}
+
+const coldReaders = 8
+
+// planChunks cuts the copy jobs into reads of at most slot bytes: jobs of
+// one file in file order, neighbours merged into one read when the gap
+// between them is small, a tensor larger than a slot split across reads.
+// Every byte of every job lands in exactly one piece.
+func planChunks(jobs []copyJob, slot int) []readChunk {
+	js := append([]copyJob(nil), jobs...)
+	sort.SliceStable(js, func(a, b int) bool {
+		if js[a].file != js[b].file {
+			return js[a].file < js[b].file
+		}
+		return js[a].off < js[b].off
+	})
+	var out []readChunk
+	for _, j := range js {
+		pos, rem, dst := j.off, j.n, j.dst
+		for rem > 0 {
+			var cur *readChunk
+			if len(out) > 0 {
+				cur = &out[len(out)-1]
+			}
+			end := int64(0)
+			if cur != nil {
+				end = cur.off + int64(cur.n)
+			}
+			if cur == nil || cur.file != j.file || pos < end || pos-end > maxReadGap || pos >= cur.off+int64(slot) {
+				out = append(out, readChunk{file: j.file, off: pos})
+				cur = &out[len(out)-1]
+			}
+			take := min(rem, int(cur.off+int64(slot)-pos))
+			cur.pieces = append(cur.pieces, piece{at: int(pos - cur.off), n: take, dst: dst})
+			cur.n = int(pos-cur.off) + take
+			pos += int64(take)
+			rem -= take
+			dst += DevicePtr(take)
+		}
+	}
+	return out
+}
+
+// stagingRing is page-aligned host memory cut into slots, mapped
+// anonymously (never Go heap: it is page-locked for the copy engine).
+type stagingRing struct {
+	mem       []byte
+	slotBytes int
+}
+
+// newStagingRing maps and pre-faults slots × slotBytes bytes (transparent
+// huge pages where the kernel offers them, so pre-faulting and page-locking
+// walk 512× fewer pages). It makes no CUDA call, so it can run while the
+// driver initialises.
+func newStagingRing(slots, slotBytes int) (*stagingRing, error) {
+	n := slots * slotBytes
+	mem, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("map a %d MiB staging ring: %w", n>>20, err)
+	}
+	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE) // advisory
+	// Fault the pages in on several threads: the kernel zeroes them, which
+	// is the ring's real cost.
+	var wg sync.WaitGroup
+	for s := 0; s < slots; s++ {
+		wg.Add(1)
+		go func(b []byte) {
+			defer wg.Done()
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 0
+			}
+		}(mem[s*slotBytes : (s+1)*slotBytes])
+	}
+	wg.Wait()
+	return &stagingRing{mem: mem, slotBytes: slotBytes}, nil
+}
+
+func (r *stagingRing) slots() int          { return len(r.mem) / r.slotBytes }
+func (r *stagingRing) slot(i int) []byte   { return r.mem[i*r.slotBytes : (i+1)*r.slotBytes] }
+func (r *stagingRing) ptr() unsafe.Pointer { return unsafe.Pointer(&r.mem[0]) }
+
+func (r *stagingRing) unmap() error {
+	if r == nil || r.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(r.mem)
+	r.mem = nil
+	return err
+}
+
+// dmaEngine is what the staged pipeline needs from the device: enqueue a
+// copy of src (inside a slot) to dst on one of two streams, fence a slot
+// after its copies, and wait for a slot's fence before the slot is
+// refilled. The CUDA implementation enqueues asynchronous copies and
+// events; tests use one that performs the copies only when the fence is
+// waited for, so a slot refilled too early shows up as corrupt weights.
+type dmaEngine interface {
+	copy(stream int, dst DevicePtr, src []byte) error
+	fence(slot, stream int) error
+	wait(slot int) error
+}
+
+// stagedStats is what a staged upload did.
+type stagedStats struct {
+	chunks    int
+	readBytes int64 // bytes read from the files, gaps included
+}
+
+// runStaged reads every chunk into the ring with up to readers goroutines
+// and hands each filled slot to dma, alternating streams; a slot is reused
+// only after its fence has been waited for. It returns when every copy has
+// been fenced and waited for, or at the first error (after the readers
+// have stopped).
+func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine) (stagedStats, error) {
+	var st stagedStats
+	if len(chunks) == 0 {
+		return st, nil
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, c := range chunks {
+		if _, ok := files[c.file]; ok {
+			continue
+		}
+		f, err := os.Open(c.file)
+		if err != nil {
+			return st, fmt.Errorf("open weight file for upload: %w", err)
+		}
+		files[c.file] = f
+	}
+	type job struct{ chunk, slot int }
+	type done struct {
+		job
+		err error
+	}
+	nslots := ring.slots()
+	readers = max(1, min(readers, nslots))
+	jobs := make(chan job)
+	results := make(chan done, nslots)
+	var wg sync.WaitGroup
+	for w := 0; w < readers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				c := chunks[j.chunk]
+				_, err := files[c.file].ReadAt(ring.slot(j.slot)[:c.n], c.off)
+				if err != nil {
+					err = fmt.Errorf("read %s at %d (%d bytes): %w", c.file, c.off, c.n, err)
+				}
+				results <- done{j, err}
+			}
+		}()
+	}
+	// The readers are owned here: stop them on every return.
+	closed := false
+	stop := func() {
+		if !closed {
+			close(jobs)
+			closed = true
+		}
+		wg.Wait()
+	}
+	defer stop()
+
+	free := make([]int, 0, nslots)
+	for s := nslots - 1; s >= 0; s-- {
+		free = append(free, s)
+	}
+	var fenced []int // slots whose copies are enqueued, oldest first
+	next, reading, finished := 0, 0, 0
+	for finished < len(chunks) {
+		// Keep every reader busy. A reader without a free slot takes the
+		// oldest fenced one once its copies are done: they were enqueued
+		// first, so they finish first.
+		for next < len(chunks) && reading < readers {
+			if len(free) == 0 {
+				if len(fenced) == 0 {
+					break
+				}
+				s := fenced[0]
+				if err := dma.wait(s); err != nil {
+					for ; reading > 0; reading-- {
+						<-results
+					}
+					return st, err
+				}
+				fenced = fenced[1:]
+				free = append(free, s)
+			}
+			s := free[len(free)-1]
+			free = free[:len(free)-1]
+			jobs <- job{next, s}
+			next++
+			reading++
+		}
+		if reading == 0 {
+			// Slots are conserved (free + fenced + reading), so this
+			// cannot happen with a non-empty ring.
+			return st, errors.New("staged upload stalled: no slot to read into (internal error)")
+		}
+		d := <-results
+		reading--
+		if d.err != nil {
+			// Let the readers finish what they hold before returning.
+			for ; reading > 0; reading-- {
+				<-results
+			}
+			return st, d.err
+		}
+		c := chunks[d.chunk]
+		stream := d.chunk % 2
+		buf := ring.slot(d.slot)
+		for _, p := range c.pieces {
+			if err := dma.copy(stream, p.dst, buf[p.at:p.at+p.n]); err != nil {
+				for ; reading > 0; reading-- {
+					<-results
+				}
+				return st, fmt.Errorf("upload weights: %w", err)
+			}
+		}
+		if err := dma.fence(d.slot, stream); err != nil {
+			for ; reading > 0; reading-- {
+				<-results
+			}
+			return st, err
+		}
+		fenced = append(fenced, d.slot)
+		st.chunks++
+		st.readBytes += int64(c.n)
+		finished++
+	}
+	for _, s := range fenced {
+		if err := dma.wait(s); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// cudaDMA is dmaEngine on two streams of a context, with one event per
+// slot. Its methods run on the thread where the context is current.
+type cudaDMA struct {
+	streams [2]*Stream
+	events  []*Event
+}
+
+func newCudaDMA(c *Context, slots int) (*cudaDMA, error) {
+	d := &cudaDMA{}
+	for i := range d.streams {
+		s, err := c.NewStream()
+		if err != nil {
+			d.destroy()
+			return nil, err
+		}
+		d.streams[i] = s
+	}
+	for i := 0; i < slots; i++ {
+		e, err := c.NewEvent()
+		if err != nil {
+			d.destroy()
+			return nil, err
+		}
+		d.events = append(d.events, e)
+	}
+	return d, nil
+}
+
+func (d *cudaDMA) copy(stream int, dst DevicePtr, src []byte) error {
+	return d.streams[stream].CopyHtoDAsync(dst, unsafe.Pointer(&src[0]), len(src))
+}
+
+func (d *cudaDMA) fence(slot, stream int) error { return d.events[slot].Record(d.streams[stream]) }
+
+func (d *cudaDMA) wait(slot int) error { return d.events[slot].Synchronize() }
+
+func (d *cudaDMA) destroy() {
+	for _, s := range d.streams {
+		if s != nil {
+			s.Synchronize()
+			s.Destroy()
+		}
+	}
+	for _, e := range d.events {
+		e.Destroy()
+	}
+}
+
+// uploadThread runs f on a second OS thread with the context current, so
+// that the weight copies are enqueued while the backend's own thread loads
+// kernels and warms cuBLASLt. The driver API is thread-safe; what must hold
+// is that the context is current on the calling thread, which SetCurrent
+// makes so. The returned channel yields f's error once.
+func uploadThread(c *Context, f func() error) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, with the context current on it,
+		// ends with the goroutine instead of returning to Go's pool.
+		runtime.LockOSThread()
+		if err := c.SetCurrent(); err != nil {
+			res <- fmt.Errorf("upload thread: %w", err)
+			return
+		}
+		res <- f()
+	}()
+	return res
+}

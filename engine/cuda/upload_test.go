@@ -1,0 +1,234 @@
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// lazyDMA is a dmaEngine that, like the copy engine, reads a slot only
+// after the copy was enqueued: copies are queued per slot and performed
+// when the slot's fence is waited for. A pipeline that refills a slot
+// before waiting for its fence therefore uploads the refill's bytes, and
+// the comparison with the file fails.
+type lazyDMA struct {
+	mu      sync.Mutex
+	dev     []byte
+	queued  map[int][]func() // slot → copies fenced on it
+	pending []func()         // copies not yet fenced
+	fenced  map[int]bool
+	failAt  int // copy number that fails (0: none)
+	copies  int
+}
+
+func newLazyDMA(size int) *lazyDMA {
+	return &lazyDMA{dev: make([]byte, size), queued: map[int][]func(){}, fenced: map[int]bool{}}
+}
+
+func (d *lazyDMA) copy(stream int, dst DevicePtr, src []byte) error {
+	d.copies++
+	if d.failAt > 0 && d.copies == d.failAt {
+		return errors.New("injected copy failure")
+	}
+	if stream != 0 && stream != 1 {
+		return fmt.Errorf("stream %d", stream)
+	}
+	d.pending = append(d.pending, func() { copy(d.dev[dst:], src) })
+	return nil
+}
+
+func (d *lazyDMA) fence(slot, stream int) error {
+	if d.fenced[slot] {
+		return fmt.Errorf("slot %d fenced twice without a wait: it was refilled while its copies were in flight", slot)
+	}
+	d.queued[slot], d.pending, d.fenced[slot] = d.pending, nil, true
+	return nil
+}
+
+func (d *lazyDMA) wait(slot int) error {
+	for _, f := range d.queued[slot] {
+		f()
+	}
+	delete(d.queued, slot)
+	d.fenced[slot] = false
+	return nil
+}
+
+// writeWeights writes a file of n random bytes and returns them.
+func writeWeights(t *testing.T, path string, n int, seed int64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestStagedUploadPlacesEveryByte runs the staged pipeline over two files
+// with tensors of awkward sizes (smaller than, equal to and several times a
+// slot, with small and large gaps, listed out of file order) into a ring
+// smaller than the data, with a lazy fake copy engine, and checks every
+// destination byte.
+func TestStagedUploadPlacesEveryByte(t *testing.T) {
+	dir := t.TempDir()
+	const slot = 4096
+	files := []string{filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")}
+	data := [][]byte{writeWeights(t, files[0], 64<<10, 1), writeWeights(t, files[1], 40<<10, 2)}
+	type tensor struct {
+		file    int
+		off, n  int
+		devOff  int
+		comment string
+	}
+	ts := []tensor{
+		{0, 100, 3000, 0, "small, unaligned"},
+		{0, 3100, 4096, 0, "exactly a slot, right after"},
+		{0, 7196, 10000, 0, "spans three slots"},
+		{0, 17196 + 2<<20, 0, 0, "placeholder"},
+		{1, 0, 1, 0, "one byte"},
+		{1, 9, 20000, 0, "after a tiny gap, five slots"},
+		{0, 30000, 20000, 0, "after a gap"},
+		{1, 30000, 10000, 0, "last"},
+	}
+	ts = append(ts[:3], ts[4:]...) // drop the placeholder
+	var jobs []copyJob
+	dev := 0
+	for i := range ts {
+		ts[i].devOff = dev
+		d := data[ts[i].file][ts[i].off : ts[i].off+ts[i].n]
+		jobs = append(jobs, copyJob{src: d, file: files[ts[i].file], off: int64(ts[i].off), n: ts[i].n, dst: DevicePtr(dev)})
+		dev += ts[i].n + 7 // a gap on the device too
+	}
+	// Reverse the job order: the planner must sort by file and offset.
+	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {
+		jobs[i], jobs[j] = jobs[j], jobs[i]
+	}
+	chunks := planChunks(jobs, slot)
+	covered := 0
+	for _, c := range chunks {
+		if c.n > slot || c.n <= 0 {
+			t.Fatalf("chunk of %d bytes with %d-byte slots", c.n, slot)
+		}
+		for _, p := range c.pieces {
+			if p.at < 0 || p.at+p.n > c.n {
+				t.Fatalf("piece [%d,%d) outside its %d-byte chunk", p.at, p.at+p.n, c.n)
+			}
+			covered += p.n
+		}
+	}
+	total := 0
+	for _, x := range ts {
+		total += x.n
+	}
+	if covered != total {
+		t.Fatalf("pieces cover %d bytes, tensors hold %d", covered, total)
+	}
+	for _, readers := range []int{1, 3, 8} {
+		for _, slots := range []int{1, 2, 5} {
+			ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
+			dma := newLazyDMA(dev)
+			st, err := runStaged(chunks, ring, readers, dma)
+			if err != nil {
+				t.Fatalf("readers %d slots %d: %v", readers, slots, err)
+			}
+			if st.chunks != len(chunks) {
+				t.Fatalf("uploaded %d chunks of %d", st.chunks, len(chunks))
+			}
+			for _, x := range ts {
+				want := data[x.file][x.off : x.off+x.n]
+				if got := dma.dev[x.devOff : x.devOff+x.n]; !bytes.Equal(got, want) {
+					t.Fatalf("readers %d slots %d: tensor %q arrived corrupted", readers, slots, x.comment)
+				}
+			}
+		}
+	}
+}
+
+// TestPlanChunksMergesAndSplits: neighbours with a small gap share a read,
+// a large gap starts a new one, and a tensor larger than a slot is split.
+func TestPlanChunksMergesAndSplits(t *testing.T) {
+	jobs := []copyJob{
+		{file: "f", off: 0, n: 100, dst: 0},
+		{file: "f", off: 200, n: 100, dst: 1000},                 // small gap: same read
+		{file: "f", off: 300 + maxReadGap + 1, n: 10, dst: 2000}, // large gap: new read
+		{file: "f", off: 10 << 20, n: 2500, dst: 3000},           // split in slots of 1000
+	}
+	c := planChunks(jobs, 1000)
+	if len(c) != 5 {
+		t.Fatalf("%d chunks: %+v", len(c), c)
+	}
+	if c[0].off != 0 || c[0].n != 300 || len(c[0].pieces) != 2 || c[0].pieces[1].at != 200 {
+		t.Fatalf("first read %+v", c[0])
+	}
+	if c[2].n != 1000 || c[3].n != 1000 || c[4].n != 500 || c[4].pieces[0].dst != 5000 {
+		t.Fatalf("split %+v %+v %+v", c[2], c[3], c[4])
+	}
+}
+
+// TestStagedUploadErrors: a file that is shorter than its index claims
+// (truncated after opening) and a failing copy both end the upload with an
+// error that names the cause, and the readers stop.
+func TestStagedUploadErrors(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.safetensors")
+	writeWeights(t, path, 10000, 3)
+	jobs := []copyJob{{file: path, off: 0, n: 20000, dst: 0}}
+	ring := &stagingRing{mem: make([]byte, 4*4096), slotBytes: 4096}
+	_, err := runStaged(planChunks(jobs, 4096), ring, 2, newLazyDMA(20000))
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("truncated file: %v", err)
+	}
+	jobs = []copyJob{{file: path, off: 0, n: 10000, dst: 0}}
+	dma := newLazyDMA(10000)
+	dma.failAt = 2
+	if _, err := runStaged(planChunks(jobs, 4096), ring, 2, dma); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("copy failure: %v", err)
+	}
+	jobs = []copyJob{{file: filepath.Join(dir, "missing"), off: 0, n: 10, dst: 0}}
+	if _, err := runStaged(planChunks(jobs, 4096), ring, 2, newLazyDMA(10)); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestStagingRing maps, pre-faults and unmaps a ring.
+func TestStagingRing(t *testing.T) {
+	r, err := newStagingRing(3, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.slots() != 3 || len(r.slot(2)) != 1<<20 {
+		t.Fatalf("%d slots of %d", r.slots(), len(r.slot(2)))
+	}
+	r.slot(2)[5] = 7
+	if err := r.unmap(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.unmap(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+}
+
+func TestUploadMode(t *testing.T) {
+	t.Setenv(UploadEnv, "")
+	if m, err := uploadMode(""); err != nil || m != UploadStaged {
+		t.Fatal(m, err)
+	}
+	if m, err := uploadMode(UploadMapped); err != nil || m != UploadMapped {
+		t.Fatal(m, err)
+	}
+	t.Setenv(UploadEnv, "mapped")
+	if m, _ := uploadMode(UploadStaged); m != UploadMapped {
+		t.Fatal("the environment does not override the option")
+	}
+	t.Setenv(UploadEnv, "dma")
+	if _, err := uploadMode(""); err == nil || !strings.Contains(err.Error(), UploadEnv) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}
