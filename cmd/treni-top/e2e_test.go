@@ -522,9 +522,25 @@ func TestE2EScenarioB(t *testing.T) {
 	if pc.Share < sessions.DominantShare {
 		t.Errorf("page_cache covers %.0f%% of the cold window, want ≥ %.0f%%", 100*pc.Share, 100*sessions.DominantShare)
 	}
+	// Moving the weights must be the largest cold term. The first request
+	// is not all cold cost: its warm part (the warm median TTFT, the
+	// prefill itself) is paid on every request, so only its excess over the
+	// warm median counts — the decomposition the diagnosis makes. On two
+	// slow cores the demo model's prefill alone is as long as faulting its
+	// mapping, which is why comparing whole stages here was wrong (CI saw
+	// first_request 98 ms against page_cache 93 ms, 68 ms of it warm).
 	for _, st := range sc.run.Attribution.Stages {
-		if st.Name != trace.StagePageCache && st.Duration > pc.Duration {
-			t.Errorf("stage %s (%s) is longer than page_cache (%s): moving the weights does not dominate", st.Name, sessions.FormatDuration(st.Duration), sessions.FormatDuration(pc.Duration))
+		cold := st.Duration
+		if st.Name == trace.StageFirstRequest {
+			rs := sessions.SummarizeRequests(sc.run.Requests)
+			if rs.Cold == nil || rs.WarmTTFT.N == 0 {
+				t.Fatalf("no cold and warm TTFT to split first_request\n%s", describeScenario(sc))
+			}
+			excess := time.Duration((rs.Cold.TTFT - rs.WarmTTFT.Median) * float64(time.Millisecond))
+			cold = max(excess, 0)
+		}
+		if st.Name != trace.StagePageCache && cold > pc.Duration {
+			t.Errorf("stage %s costs %s cold, more than page_cache (%s): moving the weights does not dominate\n%s", st.Name, sessions.FormatDuration(cold), sessions.FormatDuration(pc.Duration), describeScenario(sc))
 		}
 	}
 	if h, _ := sc.diag.Hypothesis("A"); h.TermMS > 0 {
@@ -657,6 +673,10 @@ func TestE2ETUITmux(t *testing.T) {
 	rec := filepath.Join(e2e.dir, "sessions", "tui.jsonl")
 	exitFile := filepath.Join(e2e.dir, "tui.exit")
 	if err := os.MkdirAll(filepath.Dir(rec), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A previous run of this test (go test -count=N) left its exit file.
+	if err := os.Remove(exitFile); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
 	socket := fmt.Sprintf("treni-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())

@@ -94,7 +94,9 @@ func main() {
 // command's own "failure found" result (diff's regression), 2 for unusable
 // input or a failure.
 func execute(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal window must stop the target cleanly,
+	// like ctrl-c, rather than kill treni-top and leave the server behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	root := newRootCmd()
 	root.SetArgs(args)

@@ -160,7 +160,7 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 	// Wait does not hang on a grandchild that keeps the pipe open; our own
 	// readers drain the pipes until every writer is gone.
 	cmd.Stdout, cmd.Stderr = outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = targetProcAttr()
 
 	p.spawnAt = clock.Now()
 	if err := cmd.Start(); err != nil {
