@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e-ollama: treni-top against a real external server (issue 5, "Real peer").
 #
-# Builds Ollama v0.9.6 from source into .peers/bin (skipped when present),
+# Builds Ollama v0.9.6 from source into .peers/bin-simd (skipped when
+# present; OLLAMA_BIN=PATH uses another build),
 # makes a Qwen2-architecture random-weight checkpoint with
 # `treni-top model synth`, imports it into Ollama, then runs
 #
@@ -12,6 +13,14 @@
 # session has stages from Ollama's own log, the runner subprocess in the
 # process tree, and that our cold TTFT agrees with Ollama's own
 # load_duration + prompt_eval_duration (see TOLERANCE below).
+#
+# The build passes -O3 -march=native to cgo: `go install` alone compiles
+# ggml's CPU kernels with cgo's default flags (-O2, no -m options), so none
+# of the SSE/AVX2/FMA code paths a CMake build selects are compiled in and
+# the peer runs ~10x slower than llama.cpp should. Check the "msg=system"
+# line of `ollama serve`'s log: it lists CPU.0.AVX2=1 CPU.0.FMA=1 … when
+# the SIMD kernels are in. (An older build without them may sit in
+# .peers/bin; OLLAMA_BIN=.peers/bin/ollama runs it.)
 #
 # Not in CI: it builds the peer (2–6 min on 2 cores) and needs
 # nlohmann-json3-dev and libstb-dev. Everything it makes stays under .peers/
@@ -24,7 +33,8 @@ PEERS=$ROOT/.peers
 PRESET=tiny
 if [[ "${1:-}" == "--preset" && -n "${2:-}" ]]; then PRESET=$2; fi
 OUT=$PEERS/e2e-ollama
-mkdir -p "$PEERS/bin" "$PEERS/models" "$OUT"
+mkdir -p "$PEERS/models" "$OUT"
+OLLAMA_BIN=${OLLAMA_BIN:-$PEERS/bin-simd/ollama}
 
 export OLLAMA_MODELS=$PEERS/models
 export OLLAMA_HOST=127.0.0.1:11500
@@ -36,15 +46,21 @@ export OLLAMA_NOPRUNE=1
 step() { printf '\n== %s\n' "$*"; }
 
 # --- 1. the peer --------------------------------------------------------------
-if [[ ! -x $PEERS/bin/ollama ]]; then
-	step "building Ollama v0.9.6 from source (2-6 min)"
+if [[ ! -x $OLLAMA_BIN ]]; then
+	if [[ $OLLAMA_BIN != "$PEERS/bin-simd/ollama" ]]; then
+		echo "OLLAMA_BIN=$OLLAMA_BIN is not an executable" >&2
+		exit 2
+	fi
+	step "building Ollama v0.9.6 from source with SIMD (2-6 min)"
 	if ! dpkg -s nlohmann-json3-dev libstb-dev >/dev/null 2>&1; then
 		echo "needs: apt-get install -y nlohmann-json3-dev libstb-dev" >&2
 		exit 2
 	fi
-	CGO_CPPFLAGS="-I/usr/include/stb" GOBIN=$PEERS/bin go install github.com/ollama/ollama@v0.9.6
+	mkdir -p "$PEERS/bin-simd"
+	CGO_CFLAGS="-O3 -march=native" CGO_CXXFLAGS="-O3 -march=native" CGO_CPPFLAGS="-I/usr/include/stb" \
+		GOBIN=$PEERS/bin-simd go install github.com/ollama/ollama@v0.9.6
 fi
-"$PEERS/bin/ollama" --version 2>/dev/null | head -1 || true
+"$OLLAMA_BIN" --version 2>/dev/null | head -1 || true
 
 # --- 2. treni-top -----------------------------------------------------------
 step "building treni-top"
@@ -63,7 +79,7 @@ fi
 MODEL=synth-qwen2-$PRESET
 if [[ ! -f $OLLAMA_MODELS/manifests/registry.ollama.ai/library/$MODEL/latest ]]; then
 	step "ollama create $MODEL"
-	"$PEERS/bin/ollama" serve >"$OUT/create-serve.log" 2>&1 &
+	"$OLLAMA_BIN" serve >"$OUT/create-serve.log" 2>&1 &
 	SERVE_PID=$!
 	trap 'kill $SERVE_PID 2>/dev/null || true' EXIT
 	for _ in $(seq 1 300); do
@@ -71,20 +87,20 @@ if [[ ! -f $OLLAMA_MODELS/manifests/registry.ollama.ai/library/$MODEL/latest ]];
 		sleep 0.1
 	done
 	printf 'FROM %s\n' "$CKPT" >"$OUT/Modelfile"
-	"$PEERS/bin/ollama" create "$MODEL" -f "$OUT/Modelfile"
+	"$OLLAMA_BIN" create "$MODEL" -f "$OUT/Modelfile"
 	kill "$SERVE_PID"
 	wait "$SERVE_PID" 2>/dev/null || true
 	trap - EXIT
 fi
 
 # --- 5. the traced run --------------------------------------------------------
-step "treni-top run --headless -- ollama serve"
+step "treni-top run --headless -- $OLLAMA_BIN serve"
 SESSION=$OUT/session.jsonl
 rm -f "$SESSION"
 "$TT" run --headless --json --record "$SESSION" \
 	--request-model "$MODEL" --warmup 1 --repeat 3 --max-tokens 16 \
 	--prompt "Why is the first request slow?" \
-	-- "$PEERS/bin/ollama" serve >"$OUT/report.json" 2>"$OUT/progress.log" || {
+	-- "$OLLAMA_BIN" serve >"$OUT/report.json" 2>"$OUT/progress.log" || {
 	echo "treni-top run failed; progress:" >&2
 	cat "$OUT/progress.log" >&2
 	exit 1

@@ -6,12 +6,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -32,6 +34,9 @@ import (
 const (
 	envPacedServer = "TRENI_LOAD_PACED_SERVER"
 	envPace        = "TRENI_LOAD_PACE"
+	// envServerProcs sets the paced server's GOMAXPROCS (default 1), to
+	// study how the two processes share the cores.
+	envServerProcs = "TRENI_LOAD_PROOF_SERVER_PROCS"
 )
 
 func TestMain(m *testing.M) {
@@ -46,8 +51,21 @@ func TestMain(m *testing.M) {
 }
 
 // runPacedServer serves until its stdin closes. It prints "ADDR host:port"
-// first, then, when stopped, one line per finished stream: "T <prompt> <ns> <ns> …", the
-// write instants since the request arrived.
+// first, then, when stopped, one line per finished stream: "T <prompt> <ns>
+// <ns> …", the instants each token's write returned, since the request
+// arrived.
+//
+// It is as cheap as it can be made, so that it takes as little CPU as
+// possible from the client it measures on a 2-core machine: no net/http
+// (its per-response goroutine, timers and buffering cost more than the
+// write), a hand-written HTTP/1.1 response with chunked encoding (what real
+// servers send for a stream, keep-alive included), and one goroutine — the
+// pacer — that owns every stream and writes each one's next chunk at its
+// absolute deadline (request arrival + i·pace), sleeping in between with
+// nanosleep rather than a Go timer (whose sub-millisecond sleeps round up
+// to a millisecond in the netpoller and would make the writes bursty) and
+// writing with raw system calls. Connection goroutines only read requests;
+// they are idle while streaming. startPacedServer runs it with GOMAXPROCS=1.
 func runPacedServer() error {
 	pace, err := time.ParseDuration(os.Getenv(envPace))
 	if err != nil || pace <= 0 {
@@ -58,76 +76,313 @@ func runPacedServer() error {
 		return err
 	}
 	out := bufio.NewWriter(os.Stdout)
-	// Truth lines are kept in memory and written after the run, so that
-	// the client process does not spend CPU reading them while measured.
-	var (
-		mu       sync.Mutex
-		lines    []string
-		handlers sync.WaitGroup
-	)
 	fmt.Fprintf(out, "ADDR %s\n", ln.Addr())
-	out.Flush()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		t0 := time.Now()
-		handlers.Add(1)
-		defer handlers.Done()
-		var req struct {
-			MaxTokens int `json:"max_tokens"`
-			Messages  []struct {
-				Content string `json:"content"`
-			} `json:"messages"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
-			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
-			return
-		}
-		key := req.Messages[0].Content
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		fl := w.(http.Flusher)
-		fl.Flush()
-		writes := make([]int64, 0, req.MaxTokens)
-		chunk := []byte(`data: {"id":"x","object":"chat.completion.chunk","model":"paced","choices":[{"index":0,"delta":{"content":"tok"},"finish_reason":null}]}` + "\n\n")
-		for i := 0; i < req.MaxTokens; i++ {
-			if d := time.Until(t0.Add(time.Duration(i+1) * pace)); d > 0 {
-				time.Sleep(d)
-			}
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			fl.Flush()
-			writes = append(writes, int64(time.Since(t0)))
-		}
-		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", req.MaxTokens)
-		fl.Flush()
-		var b strings.Builder
-		b.WriteString("T ")
-		b.WriteString(key)
-		for _, t := range writes {
-			b.WriteByte(' ')
-			b.WriteString(strconv.FormatInt(t, 10))
-		}
-		b.WriteByte('\n')
-		mu.Lock()
-		lines = append(lines, b.String())
-		mu.Unlock()
-	})
-	srv := &http.Server{Handler: mux}
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		srv.Close()
-	}()
-	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+	if err := out.Flush(); err != nil {
 		return err
 	}
-	handlers.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, l := range lines {
+	p := newPacer(pace)
+	go p.run() // ends with the process
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			break // stdin closed: the run is over
+		}
+		go servePaced(c, p)
+	}
+	// Truth lines are kept in memory and written after the run, so that
+	// the client process does not spend CPU reading them while measured.
+	for _, l := range p.finished() {
 		out.WriteString(l)
 	}
 	return out.Flush()
+}
+
+const (
+	pacedHeader = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+	pacedEvent  = `data: {"id":"x","object":"chat.completion.chunk","model":"paced","choices":[{"index":0,"delta":{"content":"tok"},"finish_reason":null}]}` + "\n\n"
+)
+
+// httpChunk frames b as one chunk of a chunked HTTP/1.1 body.
+func httpChunk(b string) []byte { return []byte(fmt.Sprintf("%x\r\n%s\r\n", len(b), b)) }
+
+// servePaced reads requests from one connection and hands each stream to
+// the pacer, waiting for it to end before reading the next (keep-alive).
+func servePaced(c net.Conn, p *pacer) {
+	defer c.Close()
+	fd := -1 // the socket, for writes that bypass the runtime (see pacedStream.write)
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(func(f uintptr) { fd = int(f) })
+		}
+	}
+	br := bufio.NewReaderSize(c, 4<<10)
+	for {
+		t0, key, maxTokens, err := readPacedRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				msg := `{"error":"bad request: ` + strings.ReplaceAll(err.Error(), `"`, `'`) + `"}`
+				fmt.Fprintf(c, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+			}
+			return
+		}
+		if _, err := io.WriteString(c, pacedHeader); err != nil {
+			return
+		}
+		s := &pacedStream{conn: c, fd: fd, key: key, t0: t0, n: maxTokens, writes: make([]int64, 0, maxTokens), done: make(chan bool, 1)}
+		s.tail = httpChunk(fmt.Sprintf("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", maxTokens))
+		s.tail = append(s.tail, "0\r\n\r\n"...)
+		p.add(s)
+		if ok := <-s.done; !ok {
+			return
+		}
+	}
+}
+
+// readPacedRequest reads one POST with a Content-Length body and returns
+// its arrival instant (on the pacer's clock), the first message's content
+// (the stream's key) and max_tokens.
+func readPacedRequest(br *bufio.Reader) (t0 int64, key string, maxTokens int, err error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		if line == "" {
+			return 0, "", 0, io.EOF
+		}
+		return 0, "", 0, err
+	}
+	if !strings.HasPrefix(line, "POST /v1/chat/completions ") {
+		return 0, "", 0, fmt.Errorf("want POST /v1/chat/completions, got %q", strings.TrimSpace(line))
+	}
+	length := -1
+	for {
+		h, err := br.ReadString('\n')
+		if err != nil {
+			return 0, "", 0, err
+		}
+		h = strings.TrimRight(h, "\r\n")
+		if h == "" {
+			break
+		}
+		if k, v, ok := strings.Cut(h, ":"); ok && strings.EqualFold(k, "Content-Length") {
+			if length, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				return 0, "", 0, fmt.Errorf("content-length %q: %w", v, err)
+			}
+		}
+	}
+	if length < 0 || length > 1<<20 {
+		return 0, "", 0, fmt.Errorf("content-length %d: want a body of at most 1 MiB", length)
+	}
+	body := make([]byte, length)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return 0, "", 0, err
+	}
+	t0 = monoNow()
+	var req struct {
+		MaxTokens int `json:"max_tokens"`
+		Messages  []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return 0, "", 0, fmt.Errorf("request body: %w", err)
+	}
+	if len(req.Messages) == 0 || req.MaxTokens < 1 {
+		return 0, "", 0, errors.New("want a chat request with messages and max_tokens")
+	}
+	return t0, req.Messages[0].Content, req.MaxTokens, nil
+}
+
+// monoStart anchors monoNow: a monotonic nanosecond clock for the pacer.
+var monoStart = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// pacedStream is one response being paced.
+type pacedStream struct {
+	conn   net.Conn
+	fd     int // conn's socket (non-blocking), or -1
+	key    string
+	t0     int64 // request arrival, monoNow
+	due    int64 // the next write's deadline, monoNow
+	sent   int   // token chunks written
+	n      int   // token chunks to write
+	writes []int64
+	tail   []byte    // the usage event, [DONE] and the last chunk
+	done   chan bool // true: the response ended cleanly
+}
+
+// pacer writes every stream's chunks at their deadlines from one goroutine.
+type pacer struct {
+	pace  int64
+	event []byte // one token's chunk, framed
+
+	mu      sync.Mutex
+	pending []*pacedStream
+	wake    chan struct{}
+	lines   []string
+	active  sync.WaitGroup // streams added and not yet recorded
+
+	heap []*pacedStream // by due; owned by run
+}
+
+func newPacer(pace time.Duration) *pacer {
+	return &pacer{pace: int64(pace), event: httpChunk(pacedEvent), wake: make(chan struct{}, 1)}
+}
+
+func (p *pacer) add(s *pacedStream) {
+	s.due = s.t0 + p.pace
+	p.active.Add(1)
+	p.mu.Lock()
+	p.pending = append(p.pending, s)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finished waits for the streams in flight — the client may have read a
+// stream's last chunk before the pacer recorded it — and returns the
+// truth lines.
+func (p *pacer) finished() []string {
+	p.active.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lines
+}
+
+// run is the pacer's loop. A stream added while it sleeps is due one pace
+// after its arrival, never before the earliest deadline it sleeps towards,
+// so it is picked up at the next wake-up in time.
+func (p *pacer) run() {
+	var adds []*pacedStream
+	for {
+		p.mu.Lock()
+		adds, p.pending = p.pending, adds[:0]
+		p.mu.Unlock()
+		for _, s := range adds {
+			p.push(s)
+		}
+		if len(p.heap) == 0 {
+			<-p.wake
+			continue
+		}
+		now := monoNow()
+		for len(p.heap) > 0 && p.heap[0].due <= now {
+			s := p.heap[0]
+			s.sent++
+			last := s.sent == s.n
+			var err error
+			if last {
+				err = s.write(append(append([]byte(nil), p.event...), s.tail...))
+			} else {
+				err = s.write(p.event)
+			}
+			now = monoNow() // the instant the write returned: the truth
+			if err != nil || last {
+				if err == nil {
+					s.writes = append(s.writes, now-s.t0)
+					p.record(s)
+				}
+				p.pop()
+				p.active.Done()
+				s.done <- err == nil
+				continue
+			}
+			s.writes = append(s.writes, now-s.t0)
+			s.due = s.t0 + int64(s.sent+1)*p.pace
+			p.down(0)
+		}
+		if len(p.heap) > 0 {
+			if d := p.heap[0].due - monoNow(); d > 0 {
+				// A raw nanosleep: the pacer keeps its P, so waking up
+				// costs no scheduler hand-off. The runtime's preemption
+				// signal (every 10 ms) cuts the sleep short and lets the
+				// connection goroutines run on that P.
+				ts := syscall.NsecToTimespec(d)
+				_, _, _ = syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+			}
+		}
+	}
+}
+
+// write sends b on the stream's socket. A write to a socket with room in
+// its send buffer does not block, so it is made with a raw system call —
+// no poller, no scheduler bookkeeping — and only a short or refused write
+// falls back to the net.Conn, which waits for room.
+func (s *pacedStream) write(b []byte) error {
+	if s.fd >= 0 {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if errno == 0 && int(n) == len(b) {
+			return nil
+		}
+		if errno == 0 {
+			b = b[n:]
+		} else if errno != syscall.EAGAIN && errno != syscall.EINTR {
+			return errno
+		}
+	}
+	_, err := s.conn.Write(b)
+	return err
+}
+
+func (p *pacer) record(s *pacedStream) {
+	var b strings.Builder
+	b.WriteString("T ")
+	b.WriteString(s.key)
+	for _, t := range s.writes {
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(t, 10))
+	}
+	b.WriteByte('\n')
+	p.mu.Lock()
+	p.lines = append(p.lines, b.String())
+	p.mu.Unlock()
+}
+
+// push, pop and down keep p.heap a binary min-heap by due.
+func (p *pacer) push(s *pacedStream) {
+	p.heap = append(p.heap, s)
+	for i := len(p.heap) - 1; i > 0; {
+		j := (i - 1) / 2
+		if p.heap[j].due <= p.heap[i].due {
+			break
+		}
+		p.heap[i], p.heap[j] = p.heap[j], p.heap[i]
+		i = j
+	}
+}
+
+func (p *pacer) pop() {
+	n := len(p.heap) - 1
+	p.heap[0] = p.heap[n]
+	p.heap[n] = nil
+	p.heap = p.heap[:n]
+	if n > 0 {
+		p.down(0)
+	}
+}
+
+func (p *pacer) down(i int) {
+	h := p.heap
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].due < h[l].due {
+			m = r
+		}
+		if h[i].due <= h[m].due {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // pacedServer is a running paced server process.
@@ -148,6 +403,13 @@ func startPacedServer(t testing.TB, pace time.Duration) *pacedServer {
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), envPacedServer+"=1", envPace+"="+pace.String())
+	// One P: the server has one busy goroutine (the pacer); a second P
+	// only adds runtime threads competing with the client for the cores.
+	procs := "1"
+	if v := os.Getenv(envServerProcs); v != "" {
+		procs = v
+	}
+	cmd.Env = append(cmd.Env, "GOMAXPROCS="+procs)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -225,28 +487,73 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// rampGaps is how many of each stream's first gaps accuracy reports apart.
+const rampGaps = 10
+
 // accuracy is what a paced run measured.
 type accuracy struct {
-	streams, tokens        int
-	failed                 int
-	wall                   time.Duration
-	tokPerSec              float64
-	clientCPU, serverCPU   time.Duration
+	transport            string
+	streams, tokens      int
+	failed               int
+	wall                 time.Duration
+	tokPerSec            float64
+	clientCPU, serverCPU time.Duration
+	// machineCPU is every core's busy time (user, system, interrupts)
+	// from /proc/stat: what is left after the client and the server is
+	// the kernel's softirq work for loopback TCP and other processes.
+	machineCPU, softirqCPU time.Duration
 	errP50, errP99, errMax time.Duration // |measured gap − server's gap|
-	schedP50, schedP99     time.Duration // |server's gap − pace| (how exact the truth is)
-	itlP50, itlP99         time.Duration // measured
-	missing                int           // streams without a truth line or with a token-count mismatch
+	// errP99First and errP99Rest split errP99 between each stream's first
+	// rampGaps gaps — while the other streams are still connecting and
+	// sending their requests — and the rest.
+	errP99First, errP99Rest time.Duration
+	schedP50, schedP99      time.Duration // |server's gap − pace| (how exact the truth is)
+	itlP50, itlP99          time.Duration // measured
+	missing                 int           // streams without a truth line or with a token-count mismatch
 }
 
 func (a accuracy) String() string {
-	return fmt.Sprintf("%d streams, %d tokens in %v = %.0f tok/s; failed %d, mismatched %d; "+
-		"|measured ITL − true ITL| p50 %v p99 %v max %v; measured ITL p50 %v p99 %v; server vs schedule p50 %v p99 %v; "+
-		"client CPU %v (%.0f%% of one core, %.1f µs/token), server CPU %v (%.0f%%); load average %s",
-		a.streams, a.tokens, a.wall.Round(time.Millisecond), a.tokPerSec, a.failed, a.missing,
-		a.errP50, a.errP99, a.errMax, a.itlP50, a.itlP99, a.schedP50, a.schedP99,
+	return fmt.Sprintf("%s: %d streams, %d tokens in %v = %.0f tok/s; failed %d, mismatched %d; "+
+		"|measured ITL − true ITL| p50 %v p99 %v max %v (p99 over gaps 1–%d %v, after %v); measured ITL p50 %v p99 %v; server vs schedule p50 %v p99 %v; "+
+		"client CPU %v (%.0f%% of one core, %.1f µs/token), server CPU %v (%.0f%%); "+
+		"machine busy %.0f%% of %d cores (softirq %.0f%%, other processes ≈%.0f%% of a core); load average %s",
+		a.transport, a.streams, a.tokens, a.wall.Round(time.Millisecond), a.tokPerSec, a.failed, a.missing,
+		a.errP50, a.errP99, a.errMax, rampGaps, a.errP99First, a.errP99Rest, a.itlP50, a.itlP99, a.schedP50, a.schedP99,
 		a.clientCPU.Round(time.Millisecond), 100*a.clientCPU.Seconds()/a.wall.Seconds(),
 		float64(a.clientCPU.Microseconds())/float64(max(a.tokens, 1)),
-		a.serverCPU.Round(time.Millisecond), 100*a.serverCPU.Seconds()/a.wall.Seconds(), loadavg())
+		a.serverCPU.Round(time.Millisecond), 100*a.serverCPU.Seconds()/a.wall.Seconds(),
+		100*a.machineCPU.Seconds()/a.wall.Seconds()/float64(runtime.NumCPU()), runtime.NumCPU(),
+		100*a.softirqCPU.Seconds()/a.wall.Seconds(),
+		100*max(a.machineCPU-a.softirqCPU-a.clientCPU-a.serverCPU, 0).Seconds()/a.wall.Seconds(), loadavg())
+}
+
+// cpuStat is the machine's CPU time from /proc/stat's first line.
+type cpuStat struct{ busy, softirq time.Duration }
+
+func machineStat() cpuStat {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuStat{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal …
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuStat{}
+	}
+	var s cpuStat
+	for i, x := range f[1:9] {
+		n, _ := strconv.ParseInt(x, 10, 64)
+		d := time.Duration(n) * 10 * time.Millisecond // USER_HZ
+		switch i {
+		case 3, 4: // idle, iowait
+		case 6:
+			s.softirq = d
+			s.busy += d
+		default:
+			s.busy += d
+		}
+	}
+	return s
 }
 
 // loadavg is the first three fields of /proc/loadavg: how contended the
@@ -291,11 +598,14 @@ func runPaced(t testing.TB, streams, tokens int, pace time.Duration) accuracy {
 	b := &Bench{Client: c, Clock: clock, Progress: &Progress{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cpu0, scpu0 := selfCPU(), srv.cpu()
+	cpu0, scpu0, m0 := selfCPU(), srv.cpu(), machineStat()
 	res := b.RunOnce(ctx, spec, items, Plan{RepeatRuns: 1}, 1, false)
-	a := accuracy{streams: streams, clientCPU: selfCPU() - cpu0, serverCPU: srv.cpu() - scpu0, wall: res.End - res.Start}
+	a := accuracy{transport: "net/http", streams: streams, clientCPU: selfCPU() - cpu0, serverCPU: srv.cpu() - scpu0, wall: res.End - res.Start}
+	m1 := machineStat()
+	a.machineCPU, a.softirqCPU = m1.busy-m0.busy, m1.softirq-m0.softirq
 	srv.stop()
 	var errs, sched, itl []time.Duration
+	var first, rest []time.Duration // errors over each stream's first rampGaps gaps, and after
 	for i, r := range res.Requests {
 		if !r.OK() {
 			a.failed++
@@ -308,22 +618,32 @@ func runPaced(t testing.TB, streams, tokens int, pace time.Duration) accuracy {
 		truth := srv.truth[items[i].Prompt]
 		if len(truth) != len(r.Tokens) {
 			a.missing++
+			if a.missing < 4 {
+				t.Logf("request %d: the server wrote %d token chunks, the client timed %d (%d completion tokens in usage)",
+					i, len(truth), len(r.Tokens), r.CompletionTokens)
+			}
 			continue
 		}
 		for j := 1; j < len(truth); j++ {
 			m, tr := r.Tokens[j]-r.Tokens[j-1], truth[j]-truth[j-1]
 			errs = append(errs, (m - tr).Abs())
+			if j <= rampGaps {
+				first = append(first, (m - tr).Abs())
+			} else {
+				rest = append(rest, (m - tr).Abs())
+			}
 			sched = append(sched, (tr - pace).Abs())
 			itl = append(itl, m)
 		}
 	}
-	for _, s := range [][]time.Duration{errs, sched, itl} {
+	for _, s := range [][]time.Duration{errs, sched, itl, first, rest} {
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	}
 	a.errP50, a.errP99 = quantile(errs, 0.5), quantile(errs, 0.99)
 	if len(errs) > 0 {
 		a.errMax = errs[len(errs)-1]
 	}
+	a.errP99First, a.errP99Rest = quantile(first, 0.99), quantile(rest, 0.99)
 	a.schedP50, a.schedP99 = quantile(sched, 0.5), quantile(sched, 0.99)
 	a.itlP50, a.itlP99 = quantile(itl, 0.5), quantile(itl, 0.99)
 	if a.wall > 0 {
