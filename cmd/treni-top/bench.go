@@ -40,6 +40,7 @@ type benchOptions struct {
 	timeout                time.Duration
 	ignoreEOS              bool
 	noUsage                bool
+	readStamps             bool
 	apiKey                 string
 	quiet                  bool
 	tui                    bool
@@ -100,6 +101,7 @@ with --json.`,
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit for one request, stream included")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "send ignore_eos (vLLM, SGLang) so every request generates max_tokens")
 	f.BoolVar(&o.noUsage, "no-usage", false, "do not ask for stream usage (for servers that reject stream_options)")
+	f.BoolVar(&o.readStamps, "read-timestamps", false, "time tokens when treni-top reads them, not when the kernel received them (what most benchmarks do; for comparison)")
 	f.StringVar(&o.apiKey, "api-key", "", "bearer token sent as Authorization, for servers that require one")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	f.BoolVar(&o.tui, "tui", false, "show the bench live in the TUI (progress, rates, TTFT/ITL); the report is printed when you quit it")
@@ -196,7 +198,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	}
 	clock := trace.NewClock()
 	client, err := load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
-		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage}, clock)
+		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
 	if err != nil {
 		return withExit(2, err)
 	}

@@ -91,6 +91,7 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 	if b.Client != nil {
 		cfg := b.Client.Config()
 		rep.URL, rep.Model, rep.Endpoint = cfg.BaseURL, cfg.Model, string(cfg.Endpoint)
+		rep.Timestamps = b.Client.TimestampSource()
 	}
 	if p.SLO.Set() {
 		slo := p.SLO

@@ -53,6 +53,18 @@ type ClientConfig struct {
 	// NoUsage leaves out stream_options.include_usage for servers that
 	// reject it; output counts then come from counting chunks.
 	NoUsage bool
+	// ReadTimestamps times tokens when the client reads them instead of
+	// when the kernel received them (see stamp_linux.go). The kernel's
+	// stamps keep the client's own scheduling delay out of TTFT and ITL;
+	// read times are what most benchmarks record, kept for comparison.
+	// HTTPS streams and systems other than Linux are always timed on read.
+	ReadTimestamps bool
+}
+
+// arrivalStamper is a connection that knows when the data of its latest
+// read reached this machine (stampedConn on Linux).
+type arrivalStamper interface {
+	arrival() (time.Duration, bool)
 }
 
 // Client sends streaming completion requests and times them. It is safe
@@ -62,6 +74,9 @@ type Client struct {
 	http  *http.Client
 	tr    *http.Transport
 	clock trace.Clock
+	// stamps keeps the kernel's receive timestamping on while the client
+	// lives (nil when not used).
+	stamps io.Closer
 }
 
 // NewClient checks cfg and returns a client that timestamps with clock.
@@ -81,9 +96,16 @@ func NewClient(cfg ClientConfig, clock trace.Clock) (*Client, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 1024
 	}
+	dialer := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	var stamps io.Closer
+	if !cfg.ReadTimestamps {
+		dial = (&stampDialer{d: dialer, clock: clock}).DialContext
+		stamps = keepStampsOn()
+	}
 	tr := &http.Transport{
 		Proxy:       http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: dial,
 		// Compression would make the transport buffer the stream.
 		DisableCompression:  true,
 		MaxConnsPerHost:     cfg.MaxConns,
@@ -93,14 +115,30 @@ func NewClient(cfg ClientConfig, clock trace.Clock) (*Client, error) {
 		ReadBufferSize:      32 << 10,
 		WriteBufferSize:     32 << 10,
 	}
-	return &Client{cfg: cfg, tr: tr, http: &http.Client{Transport: tr}, clock: clock}, nil
+	return &Client{cfg: cfg, tr: tr, http: &http.Client{Transport: tr}, clock: clock, stamps: stamps}, nil
 }
 
 // Config is the client's configuration, defaults filled.
 func (c *Client) Config() ClientConfig { return c.cfg }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+// TimestampSource says where token times come from: "kernel" when
+// connections carry the kernel's receive stamps (Linux, plain http, not
+// turned off), else "read".
+func (c *Client) TimestampSource() string {
+	if kernelStamps && !c.cfg.ReadTimestamps && strings.HasPrefix(c.cfg.BaseURL, "http://") {
+		return "kernel"
+	}
+	return "read"
+}
+
+// Close releases idle connections and the timestamp keeper. Requests
+// still running keep working; their tokens may then be timed on read.
+func (c *Client) Close() {
+	c.tr.CloseIdleConnections()
+	if c.stamps != nil {
+		c.stamps.Close()
+	}
+}
 
 // template is the prober's description of one request.
 func (c *Client) template(prompt string, maxTokens int) prober.Template {
@@ -130,8 +168,14 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		defer cancel()
 	}
 	var firstByte atomic.Int64
+	var conn atomic.Value // arrivalStamper of the connection this request got
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotFirstResponseByte: func() { firstByte.CompareAndSwap(0, int64(c.clock.Now())) },
+		GotConn: func(i httptrace.GotConnInfo) {
+			if s, ok := i.Conn.(arrivalStamper); ok {
+				conn.Store(s)
+			}
+		},
+		GotFirstResponseByte: func() { firstByte.CompareAndSwap(0, int64(c.arrived(&conn))) },
 	})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
 	if err != nil {
@@ -170,7 +214,7 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), prober.ErrorMessage(b))
 		return r
 	}
-	complete, malformed, err := c.read(resp.Body, &r, p)
+	complete, malformed, err := c.read(resp.Body, &r, p, &conn)
 	if r.End == 0 {
 		r.End = c.since(r.Sent)
 	}
@@ -191,13 +235,27 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 
 func (c *Client) since(sent time.Duration) time.Duration { return max(c.clock.Now()-sent, 1) }
 
+// arrived is when the data just read reached this machine: the kernel's
+// receive stamp of the request's connection when it has one, else now.
+func (c *Client) arrived(conn *atomic.Value) time.Duration {
+	if s, ok := conn.Load().(arrivalStamper); ok {
+		if at, ok := s.arrival(); ok {
+			return at
+		}
+	}
+	return c.clock.Now()
+}
+
 // maxEvent bounds one SSE event, so that a server that never sends a
 // newline cannot make the client buffer without limit.
 const maxEvent = 8 << 20
 
-// read consumes the event stream. The timestamp of an event is taken when
-// its first data line is read, the moment its bytes are seen.
-func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress) (complete bool, malformed int, err error) {
+// read consumes the event stream. The timestamp of an event is that of its
+// first data line: when the read that completed the line received its
+// bytes (the kernel's stamp), or, without stamps, the moment the line is
+// seen. Reads happen only when the buffers above the connection run dry, so
+// the latest read is the one that brought the line in.
+func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *atomic.Value) (complete bool, malformed int, err error) {
 	br := bufio.NewReaderSize(body, 16<<10)
 	var (
 		ev        []byte // the pending event's data
@@ -307,7 +365,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress) (comple
 				v = v[1:]
 			}
 			if !has {
-				evAt = c.since(r.Sent)
+				evAt = max(c.arrived(conn)-r.Sent, 1)
 				ev = append(ev[:0], v...)
 				has = true
 			} else {

@@ -510,15 +510,20 @@ type accuracy struct {
 	schedP50, schedP99      time.Duration // |server's gap − pace| (how exact the truth is)
 	itlP50, itlP99          time.Duration // measured
 	missing                 int           // streams without a truth line or with a token-count mismatch
+	// merged counts gaps the server spread over at least half a pace
+	// that the client measured under a quarter of one: two tokens that
+	// reached the client's socket before it read the first, so one read
+	// (and one timestamp) took both.
+	merged int
 }
 
 func (a accuracy) String() string {
 	return fmt.Sprintf("%s: %d streams, %d tokens in %v = %.0f tok/s; failed %d, mismatched %d; "+
-		"|measured ITL − true ITL| p50 %v p99 %v max %v (p99 over gaps 1–%d %v, after %v); measured ITL p50 %v p99 %v; server vs schedule p50 %v p99 %v; "+
+		"|measured ITL − true ITL| p50 %v p99 %v max %v (p99 over gaps 1–%d %v, after %v); gaps merged by one read %d (%.2f%%); measured ITL p50 %v p99 %v; server vs schedule p50 %v p99 %v; "+
 		"client CPU %v (%.0f%% of one core, %.1f µs/token), server CPU %v (%.0f%%); "+
 		"machine busy %.0f%% of %d cores (softirq %.0f%%, other processes ≈%.0f%% of a core); load average %s",
 		a.transport, a.streams, a.tokens, a.wall.Round(time.Millisecond), a.tokPerSec, a.failed, a.missing,
-		a.errP50, a.errP99, a.errMax, rampGaps, a.errP99First, a.errP99Rest, a.itlP50, a.itlP99, a.schedP50, a.schedP99,
+		a.errP50, a.errP99, a.errMax, rampGaps, a.errP99First, a.errP99Rest, a.merged, 100*float64(a.merged)/float64(max(a.tokens-a.streams, 1)), a.itlP50, a.itlP99, a.schedP50, a.schedP99,
 		a.clientCPU.Round(time.Millisecond), 100*a.clientCPU.Seconds()/a.wall.Seconds(),
 		float64(a.clientCPU.Microseconds())/float64(max(a.tokens, 1)),
 		a.serverCPU.Round(time.Millisecond), 100*a.serverCPU.Seconds()/a.wall.Seconds(),
@@ -583,7 +588,8 @@ func runPaced(t testing.TB, streams, tokens int, pace time.Duration) accuracy {
 	t.Helper()
 	srv := startPacedServer(t, pace)
 	clock := trace.NewClock()
-	c, err := NewClient(ClientConfig{BaseURL: "http://" + srv.addr, Model: "paced", MaxConns: streams}, clock)
+	readStamps := os.Getenv("TRENI_LOAD_PROOF_READ_STAMPS") == "1"
+	c, err := NewClient(ClientConfig{BaseURL: "http://" + srv.addr, Model: "paced", MaxConns: streams, ReadTimestamps: readStamps}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +606,7 @@ func runPaced(t testing.TB, streams, tokens int, pace time.Duration) accuracy {
 	defer cancel()
 	cpu0, scpu0, m0 := selfCPU(), srv.cpu(), machineStat()
 	res := b.RunOnce(ctx, spec, items, Plan{RepeatRuns: 1}, 1, false)
-	a := accuracy{transport: "net/http", streams: streams, clientCPU: selfCPU() - cpu0, serverCPU: srv.cpu() - scpu0, wall: res.End - res.Start}
+	a := accuracy{transport: "net/http, tokens timed at " + map[string]string{"kernel": "the kernel's receive stamp", "read": "read"}[c.TimestampSource()], streams: streams, clientCPU: selfCPU() - cpu0, serverCPU: srv.cpu() - scpu0, wall: res.End - res.Start}
 	m1 := machineStat()
 	a.machineCPU, a.softirqCPU = m1.busy-m0.busy, m1.softirq-m0.softirq
 	srv.stop()
@@ -633,6 +639,9 @@ func runPaced(t testing.TB, streams, tokens int, pace time.Duration) accuracy {
 				rest = append(rest, (m - tr).Abs())
 			}
 			sched = append(sched, (tr - pace).Abs())
+			if tr >= pace/2 && m < pace/4 {
+				a.merged++
+			}
 			itl = append(itl, m)
 		}
 	}
@@ -680,7 +689,9 @@ func TestPacedAccuracySmall(t *testing.T) {
 //	TRENI_LOAD_PROOF=1 go test -run TestClientNeverBottleneck -v ./probe/load/
 //
 // TRENI_LOAD_PROOF_STREAMS, TRENI_LOAD_PROOF_TOKENS and
-// TRENI_LOAD_PROOF_PACE override 1000, 500 and 10ms. Note that the paced server shares the machine's cores: its CPU is
+// TRENI_LOAD_PROOF_PACE override 1000, 500 and 10ms;
+// TRENI_LOAD_PROOF_READ_STAMPS=1 times tokens on read instead of at the
+// kernel's receive stamp (scripts/load-proof.sh runs both). Note that the paced server shares the machine's cores: its CPU is
 // reported separately and is part of the load the client runs under.
 func TestClientNeverBottleneck(t *testing.T) {
 	if os.Getenv("TRENI_LOAD_PROOF") != "1" {

@@ -25,9 +25,12 @@ type Report struct {
 	Endpoint    string    `json:"endpoint"`
 	Seed        uint64    `json:"seed"`
 	Concurrency int       `json:"concurrency"`
-	WarmupRuns  int       `json:"warmup_runs"`
-	RepeatRuns  int       `json:"repeat_runs"`
-	SLO         *SLO      `json:"slo,omitempty"`
+	// Timestamps is where token times come from: "kernel" or "read"
+	// (Client.TimestampSource).
+	Timestamps string `json:"timestamps,omitempty"`
+	WarmupRuns int    `json:"warmup_runs"`
+	RepeatRuns int    `json:"repeat_runs"`
+	SLO        *SLO   `json:"slo,omitempty"`
 	// Session is the session file the run was recorded in, if any.
 	Session   string           `json:"session,omitempty"`
 	Workloads []WorkloadReport `json:"workloads"`
@@ -83,6 +86,12 @@ func (r Report) Markdown() string {
 	fmt.Fprintf(&b, ", %d warm-up run(s) not counted, %d measured run(s)", r.WarmupRuns, r.RepeatRuns)
 	if r.RepeatRuns > 1 {
 		b.WriteString(" (values are medians across runs)")
+	}
+	switch r.Timestamps {
+	case "kernel":
+		b.WriteString("; tokens timed at the kernel's receive stamp")
+	case "read":
+		b.WriteString("; tokens timed when read")
 	}
 	b.WriteString(".\n")
 	if r.Interrupted {

@@ -1,0 +1,314 @@
+package load
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// dialStamped connects a stampedConn to a fresh loopback listener and
+// returns it with the server's end.
+func dialStamped(t *testing.T, clock trace.Clock) (*stampedConn, net.Conn) {
+	t.Helper()
+	if k := keepStampsOn(); k != nil {
+		t.Cleanup(func() { k.Close() })
+	}
+	return dialStampedNoKeeper(t, clock)
+}
+
+// dialStampedNoKeeper is dialStamped without a keeper of its own.
+func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*stampedConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := (&stampDialer{clock: clock}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	sc, ok := c.(*stampedConn)
+	if !ok {
+		t.Fatalf("the stamp dialer returned %T: receive timestamps were refused", c)
+	}
+	// The kernel switches stamping on through deferred work: exchange
+	// bytes until one arrives stamped (see keepStampsOn).
+	buf := make([]byte, 8)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := srv.Write([]byte("w")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := receiveStamp(sc.oob[:sc.oobn]); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no read carried a receive stamp within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sc.last.Store(0)
+	return sc, srv
+}
+
+// TestStampedConnTimesArrivalNotRead: data that waits in the socket before
+// it is read is timed when it arrived. Timing the read instead (what the
+// client did before) would be late by the whole wait.
+func TestStampedConnTimesArrivalNotRead(t *testing.T) {
+	clock := trace.NewClock()
+	c, srv := dialStamped(t, clock)
+	if _, ok := c.arrival(); ok {
+		t.Fatalf("a connection that has read nothing reports an arrival")
+	}
+	const wait = 100 * time.Millisecond
+	buf := make([]byte, 64)
+	var prev time.Duration
+	for i := range 3 {
+		before := clock.Now()
+		if _, err := srv.Write([]byte("data: x\n\n")); err != nil {
+			t.Fatal(err)
+		}
+		after := clock.Now()
+		time.Sleep(wait)
+		readAt := clock.Now()
+		n, err := c.Read(buf)
+		if err != nil || n == 0 {
+			t.Fatalf("read %d: %d bytes, %v", i, n, err)
+		}
+		at, ok := c.arrival()
+		if !ok {
+			t.Fatalf("read %d: no arrival recorded", i)
+		}
+		// The stamp converts through the wall clock over a short age;
+		// allow a little for that and for the loopback hand-off.
+		const slack = 2 * time.Millisecond
+		if at < before-slack || at > after+slack {
+			t.Errorf("read %d: arrival at %v, want between the write's start %v and end %v (read at %v)", i, at, before, after, readAt)
+		}
+		if readAt-at < wait/2 {
+			t.Errorf("read %d: arrival %v is the read's time (%v), not the packet's", i, at, readAt)
+		}
+		if i > 0 && at <= prev {
+			t.Errorf("read %d: arrival %v not after the previous %v", i, at, prev)
+		}
+		prev = at
+	}
+	srv.Close()
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Errorf("read after the peer closed: %d, %v; want 0, EOF", n, err)
+	}
+}
+
+// TestStampedConnReadAllocatesNothing: the read runs once per token.
+func TestStampedConnReadAllocatesNothing(t *testing.T) {
+	c, srv := dialStamped(t, trace.NewClock())
+	if _, err := srv.Write([]byte(strings.Repeat("x", 4096))); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("stampedConn.Read allocates %.1f times per call", allocs)
+	}
+}
+
+// cmsg builds one control message as the kernel lays it out.
+func cmsg(level, typ int32, data []byte) []byte {
+	b := make([]byte, unix.CmsgSpace(len(data)))
+	h := unix.Cmsghdr{Level: level, Type: typ}
+	h.SetLen(unix.CmsgLen(len(data)))
+	binary.NativeEndian.PutUint64(b[0:8], uint64(h.Len))
+	binary.NativeEndian.PutUint32(b[8:12], uint32(level))
+	binary.NativeEndian.PutUint32(b[12:16], uint32(typ))
+	copy(b[unix.CmsgLen(0):], data)
+	return b
+}
+
+func timespec(sec, nsec int64) []byte {
+	b := make([]byte, 16)
+	binary.NativeEndian.PutUint64(b[0:8], uint64(sec))
+	binary.NativeEndian.PutUint64(b[8:16], uint64(nsec))
+	return b
+}
+
+func TestReceiveStamp(t *testing.T) {
+	if unix.SizeofCmsghdr != 16 {
+		t.Skip("the test lays control messages out for 64-bit Linux")
+	}
+	stamp := cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, timespec(1700000000, 123456789))
+	other := cmsg(unix.SOL_IP, unix.IP_TOS, []byte{1, 2, 3, 4})
+	for _, c := range []struct {
+		name string
+		oob  []byte
+		want int64
+		ok   bool
+	}{
+		{"stamp", stamp, 1700000000123456789, true},
+		{"after another message", append(append([]byte{}, other...), stamp...), 1700000000123456789, true},
+		{"none", nil, 0, false},
+		{"another only", other, 0, false},
+		{"cut short", stamp[:len(stamp)-4], 0, false},
+		{"header only", stamp[:unix.CmsgLen(0)], 0, false},
+		{"length past the end", func() []byte { b := append([]byte{}, stamp...); b[0] = 0xff; return b }(), 0, false},
+		{"length below a header", func() []byte { b := append([]byte{}, stamp...); b[0] = 3; return b }(), 0, false},
+		{"timespec too short", cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, []byte{1, 2, 3, 4, 5, 6, 7, 8}), 0, false},
+	} {
+		got, ok := receiveStamp(c.oob)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: receiveStamp = %d, %v; want %d, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// FuzzReceiveStamp: control data is never trusted to be well formed.
+func FuzzReceiveStamp(f *testing.F) {
+	f.Add(cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, timespec(1, 2)))
+	f.Add(append(cmsg(unix.SOL_IP, unix.IP_TOS, []byte{1}), cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, timespec(3, 4))...))
+	f.Add([]byte{})
+	f.Add(make([]byte, 15))
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		// The walk reads unaligned headers through a pointer: give it the
+		// alignment the kernel's buffer has.
+		b := make([]byte, len(oob), len(oob)+8)
+		copy(b, oob)
+		receiveStamp(b)
+	})
+}
+
+// fakeStamper is a connection whose every read arrived at one instant.
+type fakeStamper struct{ at time.Duration }
+
+func (f fakeStamper) arrival() (time.Duration, bool) { return f.at, true }
+
+// TestReadUsesArrival: the stream reader times events by the connection's
+// arrival stamp, not by when it parses them.
+func TestReadUsesArrival(t *testing.T) {
+	c := &Client{clock: trace.NewClock()}
+	var conn atomic.Value
+	conn.Store(arrivalStamper(fakeStamper{at: 5 * time.Second}))
+	r := trace.Request{Sent: time.Second}
+	body := io.NopCloser(strings.NewReader("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"))
+	complete, malformed, err := c.read(body, &r, nil, &conn)
+	if err != nil || !complete || malformed != 0 {
+		t.Fatalf("read: complete %v, malformed %d, err %v", complete, malformed, err)
+	}
+	if len(r.Tokens) != 1 || r.Tokens[0] != 4*time.Second || r.FirstToken != 4*time.Second {
+		t.Errorf("tokens %v, first token %v; want [4s] and 4s (arrival 5 s − sent 1 s)", r.Tokens, r.FirstToken)
+	}
+}
+
+// TestKeepStampsOn: with stamping switched on and then every stamped
+// connection closed, the keeper alone keeps it on, so a new connection is
+// stamped from its first byte. (Without the keeper the kernel would switch
+// stamping off and on again through deferred work, and the new
+// connection's first packet would race it.)
+func TestKeepStampsOn(t *testing.T) {
+	k := keepStampsOn()
+	if k == nil {
+		t.Fatal("could not open the timestamp keeper")
+	}
+	defer k.Close()
+	first, firstSrv := dialStampedNoKeeper(t, trace.NewClock()) // waits for the switch
+	first.Close()
+	firstSrv.Close()
+	c, srv := dialFresh(t)
+	if _, err := srv.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := receiveStamp(c.oob[:c.oobn]); !ok {
+		t.Errorf("the first read of a new connection carried no stamp while the keeper was open")
+	}
+}
+
+// dialFresh is dialStamped without waiting for a stamped exchange.
+func dialFresh(t *testing.T) (*stampedConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := (&stampDialer{clock: trace.NewClock()}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	return c.(*stampedConn), srv
+}
+
+// TestClientDialsStamped: a plain-http client's connections carry stamps,
+// and --read-timestamps turns them off.
+func TestClientDialsStamped(t *testing.T) {
+	for _, readStamps := range []bool{false, true} {
+		c, err := NewClient(ClientConfig{BaseURL: "http://127.0.0.1:1", ReadTimestamps: readStamps}, trace.NewClock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{false: "kernel", true: "read"}[readStamps]
+		if got := c.TimestampSource(); got != want {
+			t.Errorf("ReadTimestamps=%v: TimestampSource = %q, want %q", readStamps, got, want)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := c.tr.DialContext(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stamped := conn.(arrivalStamper)
+		if stamped == readStamps {
+			t.Errorf("ReadTimestamps=%v: dialled a %T (stamped %v)", readStamps, conn, stamped)
+		}
+		conn.Close()
+		ln.Close()
+	}
+	c, err := NewClient(ClientConfig{BaseURL: "https://127.0.0.1:1"}, trace.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.TimestampSource(); got != "read" {
+		t.Errorf("https: TimestampSource = %q, want read (TLS records hide which packet brought a token)", got)
+	}
+}
