@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -54,17 +55,11 @@ type ClientConfig struct {
 	// reject it; output counts then come from counting chunks.
 	NoUsage bool
 	// ReadTimestamps times tokens when the client reads them instead of
-	// when the kernel received them (see stamp_linux.go). The kernel's
+	// when the kernel received them (package netstamp). The kernel's
 	// stamps keep the client's own scheduling delay out of TTFT and ITL;
 	// read times are what most benchmarks record, kept for comparison.
 	// HTTPS streams and systems other than Linux are always timed on read.
 	ReadTimestamps bool
-}
-
-// arrivalStamper is a connection that knows when the data of its latest
-// read reached this machine (stampedConn on Linux).
-type arrivalStamper interface {
-	arrival() (time.Duration, bool)
 }
 
 // Client sends streaming completion requests and times them. It is safe
@@ -100,8 +95,8 @@ func NewClient(cfg ClientConfig, clock trace.Clock) (*Client, error) {
 	dial := dialer.DialContext
 	var stamps io.Closer
 	if !cfg.ReadTimestamps {
-		dial = (&stampDialer{d: dialer, clock: clock}).DialContext
-		stamps = keepStampsOn()
+		dial = (&netstamp.Dialer{Dialer: dialer, Clock: clock}).DialContext
+		stamps = netstamp.KeepOn()
 	}
 	tr := &http.Transport{
 		Proxy:       http.ProxyFromEnvironment,
@@ -125,7 +120,7 @@ func (c *Client) Config() ClientConfig { return c.cfg }
 // connections carry the kernel's receive stamps (Linux, plain http, not
 // turned off), else "read".
 func (c *Client) TimestampSource() string {
-	if kernelStamps && !c.cfg.ReadTimestamps && strings.HasPrefix(c.cfg.BaseURL, "http://") {
+	if netstamp.Supported && !c.cfg.ReadTimestamps && strings.HasPrefix(c.cfg.BaseURL, "http://") {
 		return "kernel"
 	}
 	return "read"
@@ -168,15 +163,8 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		defer cancel()
 	}
 	var firstByte atomic.Int64
-	var conn atomic.Value // arrivalStamper of the connection this request got
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) {
-			if s, ok := i.Conn.(arrivalStamper); ok {
-				conn.Store(s)
-			}
-		},
-		GotFirstResponseByte: func() { firstByte.CompareAndSwap(0, int64(c.arrived(&conn))) },
-	})
+	conn := &netstamp.Tracker{}
+	ctx = httptrace.WithClientTrace(ctx, conn.Trace(c.clock, func(at time.Duration) { firstByte.CompareAndSwap(0, int64(at)) }))
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
 	if err != nil {
 		r.Error, r.ErrorKind = fmt.Sprintf("bad server URL %q: %v", c.cfg.BaseURL, err), prober.KindConnect
@@ -214,7 +202,7 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), prober.ErrorMessage(b))
 		return r
 	}
-	complete, malformed, err := c.read(resp.Body, &r, p, &conn)
+	complete, malformed, err := c.read(resp.Body, &r, p, conn)
 	if r.End == 0 {
 		r.End = c.since(r.Sent)
 	}
@@ -235,17 +223,6 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 
 func (c *Client) since(sent time.Duration) time.Duration { return max(c.clock.Now()-sent, 1) }
 
-// arrived is when the data just read reached this machine: the kernel's
-// receive stamp of the request's connection when it has one, else now.
-func (c *Client) arrived(conn *atomic.Value) time.Duration {
-	if s, ok := conn.Load().(arrivalStamper); ok {
-		if at, ok := s.arrival(); ok {
-			return at
-		}
-	}
-	return c.clock.Now()
-}
-
 // maxEvent bounds one SSE event, so that a server that never sends a
 // newline cannot make the client buffer without limit.
 const maxEvent = 8 << 20
@@ -255,7 +232,7 @@ const maxEvent = 8 << 20
 // bytes (the kernel's stamp), or, without stamps, the moment the line is
 // seen. Reads happen only when the buffers above the connection run dry, so
 // the latest read is the one that brought the line in.
-func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *atomic.Value) (complete bool, malformed int, err error) {
+func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *netstamp.Tracker) (complete bool, malformed int, err error) {
 	br := bufio.NewReaderSize(body, 16<<10)
 	var (
 		ev        []byte // the pending event's data
@@ -352,7 +329,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *a
 		switch {
 		case len(line) == 0:
 			if has && dispatch() {
-				r.End = c.since(r.Sent)
+				r.End = max(conn.Arrived(c.clock)-r.Sent, 1) // the end marker's arrival
 				drain(br, body)
 				return complete || r.Error != "", malformed, nil
 			}
@@ -365,7 +342,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *a
 				v = v[1:]
 			}
 			if !has {
-				evAt = max(c.arrived(conn)-r.Sent, 1)
+				evAt = max(conn.Arrived(c.clock)-r.Sent, 1)
 				ev = append(ev[:0], v...)
 				has = true
 			} else {

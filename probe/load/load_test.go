@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -649,4 +652,67 @@ func BenchmarkParseChunk(b *testing.B) {
 			_ = json.Unmarshal(in, &v)
 		}
 	})
+}
+
+// fakeStamper is a connection whose every read arrived at one instant.
+type fakeStamper struct{ at time.Duration }
+
+func (f fakeStamper) Arrival() (time.Duration, bool) { return f.at, true }
+
+// TestReadUsesArrival: the stream reader times events by the connection's
+// arrival stamp, not by when it parses them.
+func TestReadUsesArrival(t *testing.T) {
+	c := &Client{clock: trace.NewClock()}
+	conn := &netstamp.Tracker{}
+	conn.Track(fakeStamper{at: 5 * time.Second})
+	r := trace.Request{Sent: time.Second}
+	body := io.NopCloser(strings.NewReader("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"))
+	complete, malformed, err := c.read(body, &r, nil, conn)
+	if err != nil || !complete || malformed != 0 {
+		t.Fatalf("read: complete %v, malformed %d, err %v", complete, malformed, err)
+	}
+	if len(r.Tokens) != 1 || r.Tokens[0] != 4*time.Second || r.FirstToken != 4*time.Second {
+		t.Errorf("tokens %v, first token %v; want [4s] and 4s (arrival 5 s − sent 1 s)", r.Tokens, r.FirstToken)
+	}
+}
+
+// TestClientDialsStamped: a plain-http client's connections carry stamps
+// where the system has them, and ReadTimestamps turns them off.
+func TestClientDialsStamped(t *testing.T) {
+	for _, readStamps := range []bool{false, true} {
+		c, err := NewClient(ClientConfig{BaseURL: "http://127.0.0.1:1", ReadTimestamps: readStamps}, trace.NewClock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "read"
+		if netstamp.Supported && !readStamps {
+			want = "kernel"
+		}
+		if got := c.TimestampSource(); got != want {
+			t.Errorf("ReadTimestamps=%v: TimestampSource = %q, want %q", readStamps, got, want)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := c.tr.DialContext(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stamped := conn.(netstamp.Stamper)
+		if stamped != (want == "kernel") {
+			t.Errorf("ReadTimestamps=%v: dialled a %T (stamped %v)", readStamps, conn, stamped)
+		}
+		conn.Close()
+		ln.Close()
+		c.Close()
+	}
+	c, err := NewClient(ClientConfig{BaseURL: "https://127.0.0.1:1"}, trace.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.TimestampSource(); got != "read" {
+		t.Errorf("https: TimestampSource = %q, want read (TLS records hide which packet brought a token)", got)
+	}
 }

@@ -14,7 +14,12 @@
 // SSE event or JSON line has been read; FirstToken and each entry of Tokens
 // when a token-bearing chunk has been read (a chunk's events and tokens
 // share one timestamp); End when the end marker ([DONE], "done": true) or
-// the end of the stream is read. TTFT is FirstToken.
+// the end of the stream is read. TTFT is FirstToken. "Read" means the
+// kernel's receive time of the read that brought the bytes in where there
+// is one (package netstamp: Linux, plain http), so that a probe beside a
+// CPU engine that keeps every core busy is not timed by its own wake-up
+// delay; elsewhere the moment the parser sees them. A request that fails
+// ends when the failure is seen.
 //
 // Token-bearing chunks. Chat: a choice whose delta has non-empty content,
 // reasoning_content, reasoning or tool_calls; completions: non-empty text;
@@ -56,6 +61,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -219,29 +225,39 @@ type Client struct {
 	sink  trace.Sink
 	run   int
 	seq   atomic.Int64
+	// stamps keeps the kernel's receive timestamping on while the client
+	// lives (nil without kernel support).
+	stamps io.Closer
 }
 
 // New returns a client that timestamps with clock and, when sink is not
 // nil, emits a not-done Request event at the first token and the done one
 // at the end. run is stamped as Event.Run.
 func New(clock trace.Clock, sink trace.Sink, run int) *Client {
+	dialer := &netstamp.Dialer{Dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}, Clock: clock}
 	return &Client{
 		http: &http.Client{Transport: &http.Transport{
 			Proxy:       http.ProxyFromEnvironment,
-			DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext: dialer.DialContext,
 			// Compression would make the transport buffer the stream.
 			DisableCompression:  true,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}},
-		clock: clock,
-		sink:  sink,
-		run:   run,
+		clock:  clock,
+		sink:   sink,
+		run:    run,
+		stamps: netstamp.KeepOn(),
 	}
 }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+// Close releases idle connections and the timestamp keeper.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+	if c.stamps != nil {
+		c.stamps.Close()
+	}
+}
 
 func (c *Client) emit(r *trace.Request) {
 	if c.sink == nil {
@@ -281,9 +297,8 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 		defer cancel()
 	}
 	var firstByte atomic.Int64
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotFirstResponseByte: func() { firstByte.CompareAndSwap(0, int64(c.clock.Now())) },
-	})
+	conn := &netstamp.Tracker{}
+	ctx = httptrace.WithClientTrace(ctx, conn.Trace(c.clock, func(at time.Duration) { firstByte.CompareAndSwap(0, int64(at)) }))
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
 	if err != nil {
 		r.Error, r.ErrorKind = fmt.Sprintf("bad server URL %q: %v", t.BaseURL, err), KindConnect
@@ -303,6 +318,7 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 
 	r.Sent = c.clock.Now()
 	since := func() time.Duration { return max(c.clock.Now()-r.Sent, 1) }
+	arrived := func() time.Duration { return max(conn.Arrived(c.clock)-r.Sent, 1) }
 	resp, err := c.http.Do(hreq)
 	if fb := firstByte.Load(); fb != 0 {
 		r.FirstByte = max(time.Duration(fb)-r.Sent, 1)
@@ -327,14 +343,18 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), ErrorMessage(b))
 		return res
 	}
-	s := &stream{c: c, res: &res, since: since}
+	s := &stream{c: c, res: &res, arrived: arrived}
 	var complete bool
 	if t.Endpoint.ollama() {
 		complete, err = s.readNDJSON(resp.Body)
 	} else {
 		complete, err = s.readSSE(resp.Body)
 	}
-	r.End = since()
+	if err != nil {
+		r.End = since()
+	} else {
+		r.End = arrived()
+	}
 	switch {
 	case r.Error != "":
 		// an error object in the stream, already recorded

@@ -102,9 +102,14 @@ func TestChatRoleOnlyReasoningToolCalls(t *testing.T) {
 	srv, body := server(t, 200, "text/event-stream",
 		chat(`{"role":"assistant","content":""}`), // role only: not a token
 		sleepy(60),
+		// Pauses between the token chunks: chunks that reach the socket
+		// together are read together and share one arrival (netstamp).
 		chat(`{"reasoning_content":"think"}`),
+		sleepy(3),
 		chat(`{"reasoning":" more"}`),
+		sleepy(3),
 		chat(`{"content":"Hello"}`),
+		sleepy(3),
 		chat(`{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]}`),
 		data(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`),
 		usage(7, 4),
@@ -153,6 +158,7 @@ func TestCompletionsMultiLineEventsCommentsCRLF(t *testing.T) {
 	srv, body := server(t, 200, "text/event-stream",
 		w(": keep-alive\r\n\r\n"),
 		w("data: {\"choices\":[{\"text\":\"\"}]}\r\n\r\n"), // empty text: an event, not a token
+		sleepy(3), // so that it arrives, and is timed, apart from the first token
 		w("data: {\"choices\":\r\ndata: [{\"text\":\"a\"}]}\r\n\r\n"),
 		w("event: message\ndata: {\"choices\":[{\"text\":\"b\",\"finish_reason\":\"length\"}]}\nid: 3\n\n"),
 		doneStep(),
@@ -323,6 +329,7 @@ func TestConnectError(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	c := New(trace.NewClock(), nil, 0)
+	defer c.Close()
 	res := c.Do(context.Background(), Template{BaseURL: "http://" + addr, Endpoint: Chat}, "x", "", trace.PhaseWarm)
 	if res.Request.ErrorKind != KindConnect || !strings.Contains(res.Request.Error, "is it running") || !res.Request.Done {
 		t.Fatalf("kind %q error %q", res.Request.ErrorKind, res.Request.Error)
@@ -365,6 +372,7 @@ func TestOllamaGenerate(t *testing.T) {
 func TestOllamaChatThinkingAndErrors(t *testing.T) {
 	srv, _ := server(t, 200, "application/x-ndjson",
 		ndjson(`{"message":{"role":"assistant","content":""},"done":false}`),
+		sleepy(3), // the role-only line arrives, and is timed, apart from the first token
 		ndjson(`{"message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}`),
 		ndjson(``),
 		ndjson(`{"message":{"role":"assistant","content":"ok"},"done":false}`),
@@ -448,12 +456,14 @@ func FuzzSSE(f *testing.F) {
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte(": c\r\ndata: {\"choices\":\r\ndata: [{\"text\":\"a\"}]}\r\n\r\n"))
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":[1]}}],\"usage\":{\"completion_tokens\":-5}}\n\n"))
+	c := New(trace.NewClock(), nil, 0)
+	defer c.Close()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		res := Result{}
-		s := &stream{c: New(trace.NewClock(), nil, 0), res: &res, since: func() time.Duration { return 1 }}
+		s := &stream{c: c, res: &res, arrived: func() time.Duration { return 1 }}
 		s.readSSE(strings.NewReader(string(b)))
 		res2 := Result{}
-		s2 := &stream{c: s.c, res: &res2, since: s.since}
+		s2 := &stream{c: s.c, res: &res2, arrived: s.arrived}
 		s2.readNDJSON(strings.NewReader(string(b)))
 	})
 }

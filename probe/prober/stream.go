@@ -11,9 +11,11 @@ import (
 
 // stream turns parsed chunks into the Request's timings.
 type stream struct {
-	c     *Client
-	res   *Result
-	since func() time.Duration
+	c   *Client
+	res *Result
+	// arrived is the offset since Sent at which the bytes just read
+	// reached this machine.
+	arrived func() time.Duration
 
 	text, reasoning strings.Builder
 
@@ -27,7 +29,7 @@ type stream struct {
 // event records that a protocol event (SSE event or JSON line) arrived and
 // returns its arrival time, which is also the time of its tokens.
 func (s *stream) event() time.Duration {
-	at := s.since()
+	at := s.arrived()
 	if s.res.Request.FirstEvent == 0 {
 		s.res.Request.FirstEvent = at
 	}

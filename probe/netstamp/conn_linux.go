@@ -1,4 +1,4 @@
-package load
+package netstamp
 
 import (
 	"context"
@@ -16,33 +16,22 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// Kernel receive timestamps.
-//
-// A token's time is the moment its bytes reached this machine, not the
-// moment the goroutine reading its stream got a core: with 1,000 streams on
-// two cores the second can trail the first by milliseconds, and that delay
-// is the client's, not the server's. The kernel stamps every received
-// packet (SO_TIMESTAMPNS) and hands the stamp of the last packet a read
-// consumed to recvmsg as control data; stampedConn keeps it for the request
-// that owns the connection. net/http still speaks HTTP over the connection:
-// only the read under it changes.
-
 // maxStampAge bounds how old a receive stamp may be and still be trusted: a
 // larger age means the wall clock stepped between the packet and the read,
 // and the read's own time is used instead.
 const maxStampAge = 10 * time.Second
 
-// kernelStamps says whether this system gives reads a receive stamp.
-const kernelStamps = true
+// Supported says whether this system gives reads a receive stamp.
+const Supported = true
 
-// keepStampsOn opens a socket that asks for receive timestamps and holds it
+// KeepOn opens a socket that asks for receive timestamps and holds it
 // until the returned closer is called. The kernel stamps packets only
 // while some socket on the system wants stamps, and it switches stamping
 // on through deferred work: the first packets after the first such socket
 // appears arrive unstamped (and are timed on read). Holding one socket for
 // the client's whole life, opened before its first request, keeps stamping
 // on across its connections coming and going.
-func keepStampsOn() io.Closer {
+func KeepOn() io.Closer {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil
@@ -54,16 +43,17 @@ func keepStampsOn() io.Closer {
 	return os.NewFile(uintptr(fd), "receive-timestamp keeper")
 }
 
-// stampDialer dials TCP connections that record when their data arrived.
-type stampDialer struct {
-	d     net.Dialer
-	clock trace.Clock
+// Dialer dials TCP connections that record when their data arrived, as
+// offsets on Clock.
+type Dialer struct {
+	net.Dialer
+	Clock trace.Clock
 }
 
 // DialContext dials and turns on receive timestamps. A socket that refuses
 // them is returned as it is: its tokens are timed when they are read.
-func (s *stampDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := s.d.DialContext(ctx, network, addr)
+func (s *Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := s.Dialer.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -83,16 +73,16 @@ func (s *stampDialer) DialContext(ctx context.Context, network, addr string) (ne
 	}
 	// Room for a 64-bit timespec and then some: another control message
 	// (none is asked for) would be cut, never overflow.
-	sc := &stampedConn{TCPConn: tc, raw: raw, clock: s.clock, oob: make([]byte, 2*unix.CmsgSpace(16))}
+	sc := &Conn{TCPConn: tc, raw: raw, clock: s.Clock, oob: make([]byte, 2*unix.CmsgSpace(16))}
 	sc.readFn = sc.tryRead
 	return sc, nil
 }
 
-// stampedConn is a TCP connection whose reads carry the kernel's receive
-// time of the data they return. One goroutine reads at a time (net/http's
+// Conn is a TCP connection whose reads carry the kernel's receive time of
+// the data they return. One goroutine reads at a time (net/http's
 // connection reader or the request's body reader, never both); the stamp is
 // read from others, hence atomic.
-type stampedConn struct {
+type Conn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
 	clock trace.Clock
@@ -114,7 +104,7 @@ type stampedConn struct {
 }
 
 // Read reads with recvmsg and records the arrival of what it returns.
-func (c *stampedConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -143,13 +133,13 @@ func (c *stampedConn) Read(p []byte) (int, error) {
 }
 
 // tryRead is raw.Read's callback: one recvmsg, false to wait for data.
-func (c *stampedConn) tryRead(fd uintptr) bool {
+func (c *Conn) tryRead(fd uintptr) bool {
 	c.n, c.oobn, c.err = c.recvmsg(fd, c.p)
 	return c.err != unix.EAGAIN && c.err != unix.EINTR
 }
 
 // recvmsg reads into p with the connection's control buffer.
-func (c *stampedConn) recvmsg(fd uintptr, p []byte) (n, oobn int, err error) {
+func (c *Conn) recvmsg(fd uintptr, p []byte) (n, oobn int, err error) {
 	c.iov.Base = &p[0]
 	c.iov.SetLen(len(p))
 	c.msg.Iov = &c.iov
@@ -165,8 +155,9 @@ func (c *stampedConn) recvmsg(fd uintptr, p []byte) (n, oobn int, err error) {
 	return int(r), oobn, nil
 }
 
-// arrival is the trace offset at which the data of the latest read arrived.
-func (c *stampedConn) arrival() (time.Duration, bool) {
+// Arrival is the trace offset at which the data of the latest read
+// arrived; false before the first read.
+func (c *Conn) Arrival() (time.Duration, bool) {
 	v := c.last.Load()
 	return time.Duration(v - 1), v != 0
 }

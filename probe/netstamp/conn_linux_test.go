@@ -1,12 +1,12 @@
-package load
+package netstamp
 
 import (
 	"context"
 	"encoding/binary"
 	"io"
 	"net"
+	"net/http/httptrace"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,18 +15,18 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// dialStamped connects a stampedConn to a fresh loopback listener and
+// dialStamped connects a Conn to a fresh loopback listener and
 // returns it with the server's end.
-func dialStamped(t *testing.T, clock trace.Clock) (*stampedConn, net.Conn) {
+func dialStamped(t *testing.T, clock trace.Clock) (*Conn, net.Conn) {
 	t.Helper()
-	if k := keepStampsOn(); k != nil {
+	if k := KeepOn(); k != nil {
 		t.Cleanup(func() { k.Close() })
 	}
 	return dialStampedNoKeeper(t, clock)
 }
 
 // dialStampedNoKeeper is dialStamped without a keeper of its own.
-func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*stampedConn, net.Conn) {
+func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +42,7 @@ func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*stampedConn, net.Con
 		}
 		accepted <- c
 	}()
-	c, err := (&stampDialer{clock: clock}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	c, err := (&Dialer{Clock: clock}).DialContext(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*stampedConn, net.Con
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { c.Close(); srv.Close() })
-	sc, ok := c.(*stampedConn)
+	sc, ok := c.(*Conn)
 	if !ok {
 		t.Fatalf("the stamp dialer returned %T: receive timestamps were refused", c)
 	}
@@ -77,13 +77,13 @@ func dialStampedNoKeeper(t *testing.T, clock trace.Clock) (*stampedConn, net.Con
 	return sc, srv
 }
 
-// TestStampedConnTimesArrivalNotRead: data that waits in the socket before
+// TestConnTimesArrivalNotRead: data that waits in the socket before
 // it is read is timed when it arrived. Timing the read instead (what the
 // client did before) would be late by the whole wait.
-func TestStampedConnTimesArrivalNotRead(t *testing.T) {
+func TestConnTimesArrivalNotRead(t *testing.T) {
 	clock := trace.NewClock()
 	c, srv := dialStamped(t, clock)
-	if _, ok := c.arrival(); ok {
+	if _, ok := c.Arrival(); ok {
 		t.Fatalf("a connection that has read nothing reports an arrival")
 	}
 	const wait = 100 * time.Millisecond
@@ -101,7 +101,7 @@ func TestStampedConnTimesArrivalNotRead(t *testing.T) {
 		if err != nil || n == 0 {
 			t.Fatalf("read %d: %d bytes, %v", i, n, err)
 		}
-		at, ok := c.arrival()
+		at, ok := c.Arrival()
 		if !ok {
 			t.Fatalf("read %d: no arrival recorded", i)
 		}
@@ -125,8 +125,8 @@ func TestStampedConnTimesArrivalNotRead(t *testing.T) {
 	}
 }
 
-// TestStampedConnReadAllocatesNothing: the read runs once per token.
-func TestStampedConnReadAllocatesNothing(t *testing.T) {
+// TestConnReadAllocatesNothing: the read runs once per token.
+func TestConnReadAllocatesNothing(t *testing.T) {
 	c, srv := dialStamped(t, trace.NewClock())
 	if _, err := srv.Write([]byte(strings.Repeat("x", 4096))); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestStampedConnReadAllocatesNothing(t *testing.T) {
 		}
 	})
 	if allocs != 0 {
-		t.Errorf("stampedConn.Read allocates %.1f times per call", allocs)
+		t.Errorf("Conn.Read allocates %.1f times per call", allocs)
 	}
 }
 
@@ -211,104 +211,36 @@ func FuzzReceiveStamp(f *testing.F) {
 // fakeStamper is a connection whose every read arrived at one instant.
 type fakeStamper struct{ at time.Duration }
 
-func (f fakeStamper) arrival() (time.Duration, bool) { return f.at, true }
+func (f fakeStamper) Arrival() (time.Duration, bool) { return f.at, true }
 
-// TestReadUsesArrival: the stream reader times events by the connection's
-// arrival stamp, not by when it parses them.
-func TestReadUsesArrival(t *testing.T) {
-	c := &Client{clock: trace.NewClock()}
-	var conn atomic.Value
-	conn.Store(arrivalStamper(fakeStamper{at: 5 * time.Second}))
-	r := trace.Request{Sent: time.Second}
-	body := io.NopCloser(strings.NewReader("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"))
-	complete, malformed, err := c.read(body, &r, nil, &conn)
-	if err != nil || !complete || malformed != 0 {
-		t.Fatalf("read: complete %v, malformed %d, err %v", complete, malformed, err)
-	}
-	if len(r.Tokens) != 1 || r.Tokens[0] != 4*time.Second || r.FirstToken != 4*time.Second {
-		t.Errorf("tokens %v, first token %v; want [4s] and 4s (arrival 5 s − sent 1 s)", r.Tokens, r.FirstToken)
-	}
-}
-
-// TestKeepStampsOn: with stamping switched on and then every stamped
-// connection closed, the keeper alone keeps it on, so a new connection is
-// stamped from its first byte. (Without the keeper the kernel would switch
-// stamping off and on again through deferred work, and the new
-// connection's first packet would race it.)
-func TestKeepStampsOn(t *testing.T) {
-	k := keepStampsOn()
-	if k == nil {
-		t.Fatal("could not open the timestamp keeper")
-	}
-	defer k.Close()
-	first, firstSrv := dialStampedNoKeeper(t, trace.NewClock()) // waits for the switch
-	first.Close()
-	firstSrv.Close()
-	c, srv := dialFresh(t)
-	if _, err := srv.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 8)
-	if _, err := c.Read(buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := receiveStamp(c.oob[:c.oobn]); !ok {
-		t.Errorf("the first read of a new connection carried no stamp while the keeper was open")
-	}
-}
-
-// dialFresh is dialStamped without waiting for a stamped exchange.
-func dialFresh(t *testing.T) (*stampedConn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := (&stampDialer{clock: trace.NewClock()}).DialContext(context.Background(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); srv.Close() })
-	return c.(*stampedConn), srv
-}
-
-// TestClientDialsStamped: a plain-http client's connections carry stamps,
-// and --read-timestamps turns them off.
-func TestClientDialsStamped(t *testing.T) {
-	for _, readStamps := range []bool{false, true} {
-		c, err := NewClient(ClientConfig{BaseURL: "http://127.0.0.1:1", ReadTimestamps: readStamps}, trace.NewClock())
-		if err != nil {
-			t.Fatal(err)
+// TestTracker: without a connection, or with one that has no stamp, the
+// tracker answers now; with a stamped one, the stamp. A connection that is
+// not a Stamper (TLS) is ignored.
+func TestTracker(t *testing.T) {
+	clock := trace.NewClock()
+	var tr Tracker
+	isNow := func(what string) {
+		t.Helper()
+		before := clock.Now()
+		at := tr.Arrived(clock)
+		if after := clock.Now(); at < before || at > after {
+			t.Errorf("%s: Arrived = %v, want now (between %v and %v)", what, at, before, after)
 		}
-		want := map[bool]string{false: "kernel", true: "read"}[readStamps]
-		if got := c.TimestampSource(); got != want {
-			t.Errorf("ReadTimestamps=%v: TimestampSource = %q, want %q", readStamps, got, want)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := c.tr.DialContext(context.Background(), "tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, stamped := conn.(arrivalStamper)
-		if stamped == readStamps {
-			t.Errorf("ReadTimestamps=%v: dialled a %T (stamped %v)", readStamps, conn, stamped)
-		}
-		conn.Close()
-		ln.Close()
 	}
-	c, err := NewClient(ClientConfig{BaseURL: "https://127.0.0.1:1"}, trace.NewClock())
-	if err != nil {
-		t.Fatal(err)
+	isNow("no connection")
+	var firstByte time.Duration
+	ct := tr.Trace(clock, func(at time.Duration) { firstByte = at })
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	ct.GotConn(httptrace.GotConnInfo{Conn: client}) // not a Stamper
+	isNow("plain connection")
+	tr.Track(fakeStamper{at: 42 * time.Second})
+	if at := tr.Arrived(clock); at != 42*time.Second {
+		t.Errorf("stamped connection: Arrived = %v, want 42s", at)
 	}
-	if got := c.TimestampSource(); got != "read" {
-		t.Errorf("https: TimestampSource = %q, want read (TLS records hide which packet brought a token)", got)
+	ct.GotFirstResponseByte()
+	if firstByte != 42*time.Second {
+		t.Errorf("first byte at %v, want the stamp 42s", firstByte)
 	}
 }
