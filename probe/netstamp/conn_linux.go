@@ -128,6 +128,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 			at -= age
 		}
 	}
+	// Never earlier than the previous read: the conversion goes through the
+	// wall clock, which an NTP slew may nudge by microseconds, and a
+	// negative gap between two tokens would be nonsense.
+	if prev := time.Duration(c.last.Load() - 1); at < prev {
+		at = prev
+	}
 	c.last.Store(int64(at) + 1)
 	return n, nil
 }
