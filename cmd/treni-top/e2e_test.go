@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -337,20 +338,9 @@ func assertNothingLeft(t *testing.T, s *sessions.Session, keep map[int]bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(left) > 0 {
-		t.Errorf("processes left behind:\n  %s", strings.Join(e2eDedupe(left), "\n  "))
+		slices.Sort(left)
+		t.Errorf("processes left behind:\n  %s", strings.Join(slices.Compact(left), "\n  "))
 	}
-}
-
-func e2eDedupe(xs []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, x := range xs {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // ours reports whether pid is alive and is one of this test's processes

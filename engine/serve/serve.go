@@ -229,13 +229,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer be.Close()
 	if be.Name() != "cpu" {
-		// The weights live on the device now: drop the mapping.
-		ck.Close()
-	}
-	if be.Name() != "cpu" {
-		// A device backend reported its own stages (cuda_init, kernel_load,
+		// The weights live on the device now: drop the mapping. A device
+		// backend reported its own stages (cuda_init, kernel_load,
 		// decoder_tensor_upload and its kv_alloc); serve's kv_alloc covers
 		// only what follows.
+		ck.Close()
 		kvStart = time.Now()
 	}
 	var touched []byte

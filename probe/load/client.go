@@ -329,7 +329,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *n
 		switch {
 		case len(line) == 0:
 			if has && dispatch() {
-				r.End = max(conn.Arrived(c.clock)-r.Sent, 1) // the end marker's arrival
+				r.End = conn.Since(c.clock, r.Sent) // the end marker's arrival
 				drain(br, body)
 				return complete || r.Error != "", malformed, nil
 			}
@@ -342,7 +342,7 @@ func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *n
 				v = v[1:]
 			}
 			if !has {
-				evAt = max(conn.Arrived(c.clock)-r.Sent, 1)
+				evAt = conn.Since(c.clock, r.Sent)
 				ev = append(ev[:0], v...)
 				has = true
 			} else {

@@ -239,6 +239,12 @@ func TestTracker(t *testing.T) {
 	if at := tr.Arrived(clock); at != 42*time.Second {
 		t.Errorf("stamped connection: Arrived = %v, want 42s", at)
 	}
+	if d := tr.Since(clock, 40*time.Second); d != 2*time.Second {
+		t.Errorf("Since(40s) = %v, want 2s", d)
+	}
+	if d := tr.Since(clock, 42*time.Second); d != 1 {
+		t.Errorf("Since(42s) = %v, want 1ns (zero means not seen)", d)
+	}
 	ct.GotFirstResponseByte()
 	if firstByte != 42*time.Second {
 		t.Errorf("first byte at %v, want the stamp 42s", firstByte)

@@ -60,6 +60,12 @@ func (t *Tracker) Trace(clock trace.Clock, firstByte func(at time.Duration)) *ht
 // Track makes s the request's connection.
 func (t *Tracker) Track(s Stamper) { t.conn.Store(s) }
 
+// Since is Arrived as an offset from sent (a request's send time), at least
+// 1 ns so that a zero still means "not seen".
+func (t *Tracker) Since(clock trace.Clock, sent time.Duration) time.Duration {
+	return max(t.Arrived(clock)-sent, 1)
+}
+
 // Arrived is when the data of the latest read on the request's connection
 // reached this machine, or clock's now when there is no stamp (no
 // connection yet, HTTPS, no kernel support).

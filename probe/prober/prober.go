@@ -318,7 +318,7 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 
 	r.Sent = c.clock.Now()
 	since := func() time.Duration { return max(c.clock.Now()-r.Sent, 1) }
-	arrived := func() time.Duration { return max(conn.Arrived(c.clock)-r.Sent, 1) }
+	arrived := func() time.Duration { return conn.Since(c.clock, r.Sent) }
 	resp, err := c.http.Do(hreq)
 	if fb := firstByte.Load(); fb != 0 {
 		r.FirstByte = max(time.Duration(fb)-r.Sent, 1)
