@@ -672,7 +672,6 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 		}
 		smallsN = (smallsN + 63) &^ 63 // 256-byte alignment
 	}
-	vec := func(name string, n int) (*model.Tensor, error) { return get(name, n) }
 
 	embedT, err := get("model.embed_tokens.weight", c.VocabSize, H)
 	if err != nil {
@@ -687,7 +686,7 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 		}
 		lmOff = place(lm)
 	}
-	fn, err := vec("model.norm.weight", H)
+	fn, err := get("model.norm.weight", H)
 	if err != nil {
 		return st, nil, nil, err
 	}
@@ -712,44 +711,44 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 		}
 		offs[i] = layerOffs{qkv: placeFused(ts[0], ts[1], ts[2]), o: place(ts[3]), gu: placeFused(ts[4], ts[5]), down: place(ts[6])}
 		l := &b.layers[i]
-		an, err := vec(p+"input_layernorm.weight", H)
+		an, err := get(p+"input_layernorm.weight", H)
 		if err != nil {
 			return st, nil, nil, err
 		}
 		addSmall(&l.attnNorm, an)
-		mn, err := vec(p+"post_attention_layernorm.weight", H)
+		mn, err := get(p+"post_attention_layernorm.weight", H)
 		if err != nil {
 			return st, nil, nil, err
 		}
 		addSmall(&l.mlpNorm, mn)
 		if c.QKVBias {
-			qb, err := vec(p+"self_attn.q_proj.bias", b.qDim)
+			qb, err := get(p+"self_attn.q_proj.bias", b.qDim)
 			if err != nil {
 				return st, nil, nil, err
 			}
-			kb, err := vec(p+"self_attn.k_proj.bias", b.kvDim)
+			kb, err := get(p+"self_attn.k_proj.bias", b.kvDim)
 			if err != nil {
 				return st, nil, nil, err
 			}
-			vb, err := vec(p+"self_attn.v_proj.bias", b.kvDim)
+			vb, err := get(p+"self_attn.v_proj.bias", b.kvDim)
 			if err != nil {
 				return st, nil, nil, err
 			}
 			addSmall(&l.qkvBias, qb, kb, vb)
 		}
 		if c.OProjBias {
-			ob, err := vec(p+"self_attn.o_proj.bias", H)
+			ob, err := get(p+"self_attn.o_proj.bias", H)
 			if err != nil {
 				return st, nil, nil, err
 			}
 			addSmall(&l.oBias, ob)
 		}
 		if c.QKNorm {
-			qn, err := vec(p+"self_attn.q_norm.weight", c.HeadDim)
+			qn, err := get(p+"self_attn.q_norm.weight", c.HeadDim)
 			if err != nil {
 				return st, nil, nil, err
 			}
-			kn, err := vec(p+"self_attn.k_norm.weight", c.HeadDim)
+			kn, err := get(p+"self_attn.k_norm.weight", c.HeadDim)
 			if err != nil {
 				return st, nil, nil, err
 			}

@@ -235,7 +235,11 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 			}
 		}()
 	}
-	// The readers are owned here: stop them on every return.
+	// The readers are owned here: stop them on every return, the error
+	// paths included. results has room for one result per slot and at most
+	// one read per slot is in flight, so a reader never blocks on sending
+	// and stop's Wait returns once the reads under way have ended — before
+	// the caller may unmap the ring they write into.
 	closed := false
 	stop := func() {
 		if !closed {
@@ -263,9 +267,6 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 				}
 				s := fenced[0]
 				if err := dma.wait(s); err != nil {
-					for ; reading > 0; reading-- {
-						<-results
-					}
 					return st, err
 				}
 				fenced = fenced[1:]
@@ -285,10 +286,6 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		d := <-results
 		reading--
 		if d.err != nil {
-			// Let the readers finish what they hold before returning.
-			for ; reading > 0; reading-- {
-				<-results
-			}
 			return st, d.err
 		}
 		c := chunks[d.chunk]
@@ -296,16 +293,10 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		buf := ring.slot(d.slot)
 		for _, p := range c.pieces {
 			if err := dma.copy(stream, p.dst, buf[p.at:p.at+p.n]); err != nil {
-				for ; reading > 0; reading-- {
-					<-results
-				}
 				return st, fmt.Errorf("upload weights: %w", err)
 			}
 		}
 		if err := dma.fence(d.slot, stream); err != nil {
-			for ; reading > 0; reading-- {
-				<-results
-			}
 			return st, err
 		}
 		fenced = append(fenced, d.slot)
