@@ -1,0 +1,363 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/treni-top/treni-top/engine/sched"
+)
+
+// The forward pass: validate a batch, grow the step scratch, then the layer
+// loop (enqueueLayers) and the logits.
+
+// validate checks the whole batch before any device work.
+func (b *Backend) validate(bt *sched.Batch, logits [][]float32) error {
+	if len(logits) < len(bt.Seqs) {
+		return fmt.Errorf("%w: %d logits rows for %d sequences", ErrBadBatch, len(logits), len(bt.Seqs))
+	}
+	bs, nb, V := b.opts.BlockSize, b.opts.NumBlocks, b.cfg.VocabSize
+	for i := range bt.Seqs {
+		s := &bt.Seqs[i]
+		if len(s.Tokens) == 0 {
+			return fmt.Errorf("%w: sequence %d has an empty chunk", ErrBadBatch, s.SeqID)
+		}
+		if s.Pos < 0 {
+			return fmt.Errorf("%w: sequence %d starts at negative position %d", ErrBadBatch, s.SeqID, s.Pos)
+		}
+		end := s.Pos + len(s.Tokens)
+		if need := (end + bs - 1) / bs; len(s.Blocks) < need {
+			return fmt.Errorf("%w: sequence %d needs %d KV blocks for positions [0,%d), block table has %d", ErrBadBatch, s.SeqID, need, end, len(s.Blocks))
+		}
+		for j := 0; j*bs < end; j++ {
+			if blk := s.Blocks[j]; blk < 0 || int(blk) >= nb {
+				return fmt.Errorf("%w: sequence %d block table entry %d is block %d, pool has %d", ErrBadBatch, s.SeqID, j, blk, nb)
+			}
+		}
+		for j, tok := range s.Tokens {
+			if tok < 0 || int(tok) >= V {
+				return fmt.Errorf("%w: sequence %d token %d is id %d, vocabulary has %d", ErrBadBatch, s.SeqID, j, tok, V)
+			}
+		}
+		if s.WantLogits && len(logits[i]) < V {
+			return fmt.Errorf("%w: sequence %d logits row has %d entries, vocabulary has %d", ErrBadBatch, s.SeqID, len(logits[i]), V)
+		}
+	}
+	return nil
+}
+
+// grow sizes the step scratch for T tokens, rows logits rows and meta
+// int32 metadata entries (runner thread).
+func (b *Backend) grow(T, rows, meta int) error {
+	c := b.cfg
+	if T > b.capT || rows > b.capRows || meta > b.capMeta {
+		// Captured graphs hold the old buffers' addresses.
+		if err := b.dropGraphs(); err != nil {
+			return err
+		}
+	}
+	if T > b.capT {
+		T = max(T, 2*b.capT, 16)
+		ptrs := []*DevicePtr{&b.x, &b.h, &b.qkv, &b.att, &b.gu, &b.act, &b.lmX}
+		b.capT = 0
+		for _, p := range ptrs {
+			if *p != 0 {
+				err := b.c.Free(*p)
+				*p = 0
+				if err != nil {
+					return err
+				}
+			}
+		}
+		sizes := []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2}
+		for i, n := range sizes {
+			p, err := b.c.Alloc(n)
+			if err != nil {
+				*ptrs[i] = 0
+				return fmt.Errorf("cuda: step scratch for %d tokens: %w", T, err)
+			}
+			*ptrs[i] = p
+		}
+		b.capT = T
+	}
+	if rows > b.capRows {
+		rows = max(rows, 2*b.capRows, 8)
+		b.capRows = 0
+		if b.logitsD != 0 {
+			if err := b.c.Free(b.logitsD); err != nil {
+				return err
+			}
+			b.logitsD = 0
+		}
+		if b.logitsHost.Ptr != nil {
+			if err := b.c.FreeHost(b.logitsHost); err != nil {
+				return err
+			}
+			b.logitsHost = HostBuffer{}
+		}
+		var err error
+		if b.logitsD, err = b.c.Alloc(rows * c.VocabSize * 4); err != nil {
+			return err
+		}
+		if b.logitsHost, err = b.c.HostAlloc(rows * c.VocabSize * 4); err != nil {
+			return err
+		}
+		b.capRows = rows
+	}
+	if meta > b.capMeta {
+		meta = max(meta, 2*b.capMeta, 1024)
+		b.capMeta = 0
+		if b.meta != 0 {
+			if err := b.c.Free(b.meta); err != nil {
+				return err
+			}
+			b.meta = 0
+		}
+		if b.metaHost.Ptr != nil {
+			if err := b.c.FreeHost(b.metaHost); err != nil {
+				return err
+			}
+			b.metaHost = HostBuffer{}
+		}
+		var err error
+		if b.meta, err = b.c.Alloc(meta * 4); err != nil {
+			return err
+		}
+		if b.metaHost, err = b.c.HostAlloc(meta * 4); err != nil {
+			return err
+		}
+		b.capMeta = meta
+	}
+	return nil
+}
+
+// Forward runs one step (sched.Backend): every token of every chunk goes
+// through each layer together; K and V are stored at each token's slot of
+// its sequence's blocks; the logits of the chunks that want them are copied
+// back. A pure decode step (one token per sequence, every one wanting
+// logits) replays a CUDA graph of the batch-size bucket at or above its
+// size, captured on the bucket's first use, unless NoGraphs is set.
+func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if bt == nil {
+		return fmt.Errorf("%w: nil batch", ErrBadBatch)
+	}
+	if err := b.validate(bt, logits); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cuda: forward: %w", err)
+	}
+	T, B := bt.Tokens(), len(bt.Seqs)
+	if T == 0 {
+		return nil
+	}
+	bs := b.opts.BlockSize
+	btStride := 1
+	rows := 0
+	for i := range bt.Seqs {
+		s := &bt.Seqs[i]
+		btStride = max(btStride, (s.Pos+len(s.Tokens)+bs-1)/bs)
+		if s.WantLogits {
+			rows++
+		}
+	}
+	// Graph steps use the bucket's fixed layout: Bk token rows (padding
+	// rows store nothing: slot −1) and block tables of graphStride entries.
+	Bk := 0
+	if !b.opts.NoGraphs && !b.graphsOff && T == B && rows == B && btStride <= b.graphStride {
+		Bk = b.bucket(B)
+	}
+	Tm, tableRows := T, B
+	if Bk > 0 {
+		Tm, tableRows, btStride = Bk, Bk, b.graphStride
+	}
+	b.hostMeta = stepMeta(b.hostMeta, bt, bs, Tm, tableRows, btStride)
+	if Bk > 0 {
+		return b.r.Do(ctx, func() error { return b.forwardGraph(ctx, logits, B, Bk) })
+	}
+	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, logits, T, rows, btStride) })
+}
+
+// stepMeta lays out a step's int32 metadata in buf (reused when large
+// enough): tokens, positions, KV slots and token→sequence rows for Tm token
+// rows, then the block tables [tableRows][btStride]. Rows past the batch's
+// tokens are graph-bucket padding: token 0 at position 0, slot −1 (stores
+// nothing), each attending through its own all-zero table row.
+func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride int) []int32 {
+	n := 4*Tm + tableRows*btStride
+	if cap(buf) < n {
+		buf = make([]int32, n)
+	}
+	m := buf[:n]
+	tok, pos, slots, seq, tables := m[:Tm], m[Tm:2*Tm], m[2*Tm:3*Tm], m[3*Tm:4*Tm], m[4*Tm:]
+	clear(tables)
+	t := 0
+	for i := range bt.Seqs {
+		s := &bt.Seqs[i]
+		for j, id := range s.Tokens {
+			p := s.Pos + j
+			tok[t], pos[t], seq[t] = id, int32(p), int32(i)
+			slots[t] = s.Blocks[p/bs]*int32(bs) + int32(p%bs)
+			t++
+		}
+		copy(tables[i*btStride:(i+1)*btStride], s.Blocks[:min(len(s.Blocks), btStride)])
+	}
+	for ; t < Tm; t++ {
+		tok[t], pos[t], seq[t], slots[t] = 0, 0, int32(t), -1
+	}
+	return m
+}
+
+// upMeta copies the step's metadata to the device (runner thread).
+func (b *Backend) upMeta() error {
+	m := b.hostMeta
+	copy(unsafe.Slice((*int32)(b.metaHost.Ptr), len(m)), m)
+	return b.s.CopyHtoDAsync(b.meta, b.metaHost.Ptr, len(m)*4)
+}
+
+// padRows is the row count a GEMM over n rows runs with: n itself up to 4
+// (decode steps, graph buckets 1, 2, 4), else the next power of two, at
+// most the scratch capacity. cuBLASLt picks (and lazily loads) a kernel per
+// shape, and a first request of an unseen length paid that on its critical
+// path (tens of ms on the H100); with padding, the shapes are the handful
+// the load warm-up runs. The extra rows compute on stale scratch and are
+// never read: every kernel after a GEMM works on the step's n rows, and
+// the next step's embedding rewrites the residual rows it uses. A GEMM at
+// these sizes streams the weights once however many rows it has, so the
+// padding costs no measurable time.
+func padRows(n, capacity int) int {
+	if n <= 4 {
+		return n
+	}
+	p := 8
+	for p < n {
+		p <<= 1
+	}
+	return max(n, min(p, capacity))
+}
+
+func (b *Backend) gemm(y, x, w DevicePtr, M, N, K int, out DType, acc bool) error {
+	return b.blas.Gemm(b.s, GemmShape{M: M, N: N, K: K, In: BF16, Out: out}, y, x, w, acc)
+}
+
+// enqueueLayers enqueues the embedding and every layer for T token rows
+// whose metadata sits at b.meta in the layout Forward writes (runner
+// thread). The residual stream ends in b.x.
+func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
+	c := b.cfg
+	H, I := c.HiddenSize, c.IntermediateSize
+	eps := float32(c.RMSNormEps)
+	dTok, dPos, dSlots, dSeq := b.meta, b.meta+DevicePtr(4*T), b.meta+DevicePtr(8*T), b.meta+DevicePtr(12*T)
+	dTables := b.meta + DevicePtr(16*T)
+	shape := AttnShape{c.NumHeads, c.NumKVHeads, c.HeadDim, b.opts.BlockSize}
+	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	k, s := b.k, b.s
+	M := padRows(T, b.capT)
+	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
+		return err
+	}
+	for li := range b.layers {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cuda: forward at layer %d: %w", li, err)
+		}
+		l := &b.layers[li]
+		steps := []func() error{
+			func() error { return k.RMSNorm(s, b.h, b.x, l.attnNorm, T, H, eps) },
+			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
+			func() error {
+				return k.QKNormRopeStore(s, shape, RopeStoreArgs{QKV: b.qkv, Bias: l.qkvBias, QNorm: l.qNorm, KNorm: l.kNorm,
+					InvFreq: b.invFreq, Pos: dPos, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
+			},
+			func() error {
+				return k.PagedAttention(s, shape, AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
+					TokSeq: dSeq, Pos: dPos, BlockTables: dTables, BTStride: btStride, T: T, Scale: scale})
+			},
+			// o_proj accumulates straight into the f32 residual (beta = 1).
+			func() error { return b.gemm(b.x, b.att, l.o, M, H, b.qDim, F32, true) },
+			func() error {
+				if l.oBias == 0 {
+					return nil
+				}
+				return k.BiasAddF32(s, b.x, l.oBias, T, H)
+			},
+			func() error { return k.RMSNorm(s, b.h, b.x, l.mlpNorm, T, H, eps) },
+			func() error { return b.gemm(b.gu, b.h, l.gu, M, 2*I, H, BF16, false) },
+			func() error { return k.SwiGLU(s, b.act, b.gu, T, I) },
+			func() error { return b.gemm(b.x, b.act, l.down, M, H, I, F32, true) },
+		}
+		for _, f := range steps {
+			if err := f(); err != nil {
+				return fmt.Errorf("cuda: layer %d: %w", li, err)
+			}
+		}
+	}
+	return nil
+}
+
+// forward is the eager step (runner thread).
+func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float32, T, rows, btStride int) error {
+	c := b.cfg
+	H, V := c.HiddenSize, c.VocabSize
+	if err := b.grow(T, max(rows, 1), len(b.hostMeta)); err != nil {
+		return err
+	}
+	if err := b.upMeta(); err != nil {
+		return err
+	}
+	if err := b.enqueueLayers(ctx, T, btStride); err != nil {
+		return err
+	}
+	s := b.s
+	if rows == 0 {
+		return s.Synchronize()
+	}
+	// Final norm over every row (cheap), then gather the rows that want
+	// logits and run the LM head on them only.
+	if err := b.k.RMSNorm(s, b.h, b.x, b.finalNorm, T, H, float32(c.RMSNormEps)); err != nil {
+		return err
+	}
+	n, t := 0, 0
+	for i := range bt.Seqs {
+		sq := &bt.Seqs[i]
+		t += len(sq.Tokens)
+		if !sq.WantLogits {
+			continue
+		}
+		if err := s.CopyDtoDAsync(b.lmX+DevicePtr(n*H*2), b.h+DevicePtr((t-1)*H*2), H*2); err != nil {
+			return err
+		}
+		n++
+	}
+	if err := b.gemm(b.logitsD, b.lmX, b.lmHead, padRows(n, b.capRows), V, H, F32, false); err != nil {
+		return fmt.Errorf("cuda: lm_head: %w", err)
+	}
+	if err := b.fetchLogits(n); err != nil {
+		return err
+	}
+	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), n*V)
+	n = 0
+	for i := range bt.Seqs {
+		if bt.Seqs[i].WantLogits {
+			copy(logits[i][:V], host[n*V:(n+1)*V])
+			n++
+		}
+	}
+	return nil
+}
+
+// fetchLogits copies n logits rows back and waits for the step.
+func (b *Backend) fetchLogits(n int) error {
+	if err := b.s.CopyDtoHAsync(b.logitsHost.Ptr, b.logitsD, n*b.cfg.VocabSize*4); err != nil {
+		return err
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return fmt.Errorf("cuda: forward: %w", err)
+	}
+	return nil
+}

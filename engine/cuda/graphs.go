@@ -1,0 +1,115 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unsafe"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Decode CUDA graphs: one per batch-size bucket, captured lazily on first
+// use and replayed with padding rows.
+
+// DefaultGraphBuckets are the decode batch sizes graphs are captured for
+// (a fresh slice each call).
+func DefaultGraphBuckets() []int { return []int{1, 2, 4, 8, 16, 32, 64, 128, 256} }
+
+// bucket is the smallest graph bucket holding n sequences, 0 if none.
+func (b *Backend) bucket(n int) int {
+	for _, k := range b.buckets {
+		if k >= n {
+			return k
+		}
+	}
+	return 0
+}
+
+// GraphLaunches counts decode steps that replayed a captured graph.
+func (b *Backend) GraphLaunches() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.graphLaunches
+}
+
+// enqueueDecode is a whole decode step over Bk rows in the graph layout:
+// layers, final norm and LM head on every row (runner thread).
+func (b *Backend) enqueueDecode(ctx context.Context, Bk int) error {
+	c := b.cfg
+	if err := b.enqueueLayers(ctx, Bk, b.graphStride); err != nil {
+		return err
+	}
+	if err := b.k.RMSNorm(b.s, b.h, b.x, b.finalNorm, Bk, c.HiddenSize, float32(c.RMSNormEps)); err != nil {
+		return err
+	}
+	return b.gemm(b.logitsD, b.h, b.lmHead, Bk, c.VocabSize, c.HiddenSize, F32, false)
+}
+
+// forwardGraph runs a decode step of B sequences through bucket Bk's graph,
+// capturing it first when the bucket is new: that step runs eagerly in the
+// graph's layout (which also builds the GEMM plans the capture needs), then
+// the same sequence is captured for the next steps (runner thread).
+func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk int) error {
+	V := b.cfg.VocabSize
+	if err := b.grow(Bk, Bk, len(b.hostMeta)); err != nil {
+		return err
+	}
+	if err := b.upMeta(); err != nil {
+		return err
+	}
+	g := b.graphs[Bk]
+	if g != nil {
+		if err := g.Launch(b.s); err != nil {
+			return err
+		}
+		b.graphLaunches++
+	} else if err := b.enqueueDecode(ctx, Bk); err != nil {
+		return err
+	}
+	if err := b.fetchLogits(B); err != nil {
+		return err
+	}
+	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), B*V)
+	for i := 0; i < B; i++ {
+		copy(logits[i][:V], host[i*V:(i+1)*V])
+	}
+	if g == nil {
+		b.capture(Bk)
+	}
+	return nil
+}
+
+// capture records bucket Bk's decode graph. A failure turns graphs off
+// for this backend (eager steps stay correct) and is reported as a
+// graph_capture stage with the error.
+func (b *Backend) capture(Bk int) {
+	t0 := time.Now()
+	err := b.s.BeginCapture()
+	if err == nil {
+		err = b.enqueueDecode(context.Background(), Bk)
+		g, err2 := b.s.EndCapture()
+		if err == nil && err2 == nil {
+			b.graphs[Bk] = g
+		} else if g != nil {
+			g.Destroy()
+		}
+		err = errors.Join(err, err2)
+	}
+	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs)}
+	if err != nil {
+		b.graphsOff = true
+		attrs["error"] = err.Error()
+	}
+	b.stage(trace.StageGraphCapture, t0, attrs)
+}
+
+// dropGraphs destroys the captured graphs (their buffers were reallocated).
+func (b *Backend) dropGraphs() error {
+	var errs []error
+	for k, g := range b.graphs {
+		errs = append(errs, g.Destroy())
+		delete(b.graphs, k)
+	}
+	return errors.Join(errs...)
+}

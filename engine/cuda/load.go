@@ -1,0 +1,408 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/treni-top/treni-top/engine/model"
+	"github.com/treni-top/treni-top/engine/sched"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Loading: Start brings the driver and context up in the background while
+// the server opens its checkpoint, Load builds the backend (weights,
+// kernels, KV pool) and the load warm-up runs beside the upload.
+
+// Starter is a CUDA backend on its way up. Start begins, in the
+// background, the driver and context initialisation (cuda_init) on the
+// backend's thread, the dlopen of cuBLASLt and the staging ring's
+// allocation, so that a server can open its checkpoint and tokenizer
+// meanwhile; Load finishes the backend. Call exactly one of Load and
+// Abort.
+type Starter struct {
+	b       *Backend
+	initErr chan error      // cuda_init's result
+	blas    chan blasResult // the dlopened cuBLASLt
+	ring    chan ringResult // the staging ring (staged uploads only)
+	used    bool
+}
+
+type blasResult struct {
+	lib blasLib
+	err error
+	ms  float64
+}
+
+type ringResult struct {
+	ring *stagingRing
+	err  error
+	ms   float64
+}
+
+// Start loads the driver library (failing at once, with ErrNoDriver, on a
+// machine without one) and starts bringing device opts.Device up. Only
+// opts.Device, opts.Upload and opts.Stage are used here.
+func Start(opts BackendOptions) (*Starter, error) {
+	mode, err := uploadMode(opts.Upload)
+	if err != nil {
+		return nil, err
+	}
+	d, err := LoadDriver()
+	if err != nil {
+		return nil, err
+	}
+	opts.Upload = mode
+	b := &Backend{opts: opts, r: NewRunner(), graphs: map[int]*Graph{}, d: d}
+	s := &Starter{b: b, initErr: make(chan error, 1), blas: make(chan blasResult, 1), ring: make(chan ringResult, 1)}
+	// Both goroutines send exactly once into buffered channels that Load
+	// or Abort drain.
+	go func() {
+		t := time.Now()
+		lib, err := openBLASLib()
+		s.blas <- blasResult{lib, err, msSince(t)}
+	}()
+	go func() {
+		if mode != UploadStaged {
+			s.ring <- ringResult{}
+			return
+		}
+		t := time.Now()
+		r, err := newStagingRing(stagingReaders(false)+stagingSlack, stagingSlotBytes)
+		s.ring <- ringResult{r, err, msSince(t)}
+	}()
+	go func() { s.initErr <- b.r.Do(context.Background(), b.initCUDA) }()
+	return s, nil
+}
+
+// Load finishes the backend over ck with opts (opts.Device and opts.Upload
+// are the ones Start was given). On error everything Start began is
+// released.
+func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
+	if s.used {
+		return nil, errors.New("cuda: Starter.Load called twice")
+	}
+	s.used = true
+	b := s.b
+	err := checkOptions(ck, opts)
+	if initErr := <-s.initErr; err == nil {
+		err = initErr
+	}
+	if err == nil {
+		opts.Device, opts.Upload = b.opts.Device, b.opts.Upload
+		b.opts, b.cfg = opts, ck.Config
+		c := b.cfg
+		b.buckets = DefaultGraphBuckets()
+		if len(opts.GraphBuckets) > 0 {
+			b.buckets = append([]int(nil), opts.GraphBuckets...)
+			sort.Ints(b.buckets)
+		}
+		b.graphStride = min(opts.NumBlocks, 256)
+		if opts.GraphMaxBlocks > 0 {
+			b.graphStride = min(opts.NumBlocks, opts.GraphMaxBlocks)
+		}
+		b.qDim, b.kvDim = c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+		b.qkvDim = b.qDim + 2*b.kvDim
+		err = b.r.Do(context.Background(), func() error { return b.build(ck, s) })
+	}
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Abort releases what Start began, for a server that will not call Load
+// (its checkpoint failed to open).
+func (s *Starter) Abort() {
+	if s.used {
+		return
+	}
+	s.used = true
+	<-s.initErr
+	s.release()
+}
+
+// release frees the backend's device state and whatever of the
+// background work build did not adopt (build drains the channels it uses
+// and leaves nil results behind).
+func (s *Starter) release() {
+	b := s.b
+	b.r.Do(context.Background(), func() error { b.free(); return nil })
+	b.r.Close()
+	// Each channel holds one value at any time once its goroutine has
+	// sent: the original result, or the empty one build left after
+	// adopting it.
+	(<-s.blas).lib.close()
+	(<-s.ring).ring.unmap()
+}
+
+func (b *Backend) stage(st trace.Stage, start time.Time, attrs trace.Attrs) {
+	b.stageSpan(st, start, time.Now(), attrs)
+}
+
+func (b *Backend) stageSpan(st trace.Stage, start, end time.Time, attrs trace.Attrs) {
+	rec := StageRecord{Stage: st, Start: start, End: end, Attrs: attrs}
+	b.stages = append(b.stages, rec)
+	if b.opts.Stage != nil {
+		b.opts.Stage(rec)
+	}
+}
+
+// initCUDA is the cuda_init stage: driver, device, primary context and the
+// compute stream (runner thread).
+func (b *Backend) initCUDA() error {
+	t0 := time.Now()
+	d := b.d
+	if err := d.Init(); err != nil {
+		return fmt.Errorf("cuda: %w (is the NVIDIA driver loaded? see treni-top doctor)", err)
+	}
+	var err error
+	if b.info, err = d.Device(b.opts.Device); err != nil {
+		return fmt.Errorf("cuda: device %d: %w", b.opts.Device, err)
+	}
+	if b.c, err = d.RetainPrimary(b.opts.Device); err != nil {
+		return fmt.Errorf("cuda: device %d context: %w", b.opts.Device, err)
+	}
+	if b.s, err = b.c.NewStream(); err != nil {
+		return err
+	}
+	b.stage(trace.StageCUDAInit, t0, trace.Attrs{"device": b.info.Name, "ordinal": b.opts.Device, "driver": d.Path})
+	return nil
+}
+
+// build runs on the runner thread once cuda_init is done. The weight
+// copies run on a second thread (staged uploads) while this one loads the
+// kernels and cuBLASLt, allocates the KV pool and warms up; the
+// decoder_tensor_upload stage therefore overlaps kernel_load, kv_alloc and
+// warmup on the time axis.
+func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
+	t0 := time.Now()
+	st, jobs, finish, err := b.layout(ck)
+	if err != nil {
+		return err
+	}
+	rr := <-s.ring
+	ring := rr.ring
+	s.ring <- ringResult{} // adopted: release() finds nothing left to free
+	defer ring.unmap()
+	var (
+		upDone <-chan error
+		upEnd  time.Time
+		staged stagedStats
+		regMS  float64
+	)
+	join := func() error {
+		if upDone == nil {
+			return nil
+		}
+		err := <-upDone
+		upDone = nil
+		return err
+	}
+	defer join() // never leave the upload thread running on an error path
+	switch {
+	case len(jobs) == 0:
+		upEnd = time.Now()
+	case b.opts.Upload == UploadStaged && rr.err == nil && ring != nil:
+		chunks := planChunks(jobs, ring.slotBytes)
+		st.chunks = len(chunks)
+		upDone = uploadThread(b.c, func() error {
+			t := time.Now()
+			// Page-locked, the ring is copied from at full bandwidth; if
+			// the driver refuses, the copies still work (pageable).
+			st.registered = b.c.HostRegister(ring.ptr(), len(ring.mem), false) == nil
+			regMS = msSince(t)
+			if st.registered {
+				defer b.c.HostUnregister(ring.ptr())
+			}
+			dma, err := newCudaDMA(b.c, ring.slots())
+			if err != nil {
+				return err
+			}
+			defer dma.destroy()
+			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
+			upEnd = time.Now() // the last copy is done; teardown is not upload
+			return err
+		})
+	default:
+		if rr.err != nil {
+			st.fallback = rr.err.Error()
+		}
+		st.chunks, st.registered, err = b.copyRegistered(jobs)
+		upEnd = time.Now()
+		if err != nil {
+			return err
+		}
+	}
+
+	// While the weights travel: the host-converted weights, kernels,
+	// cuBLASLt, KV pool, warm-up.
+	overlapped := upDone != nil
+	err = finish(&st)
+	if err == nil {
+		err = b.loadKernels(s, overlapped)
+	}
+	if err == nil {
+		err = b.allocKV()
+	}
+	warmed := false
+	if err == nil && !b.opts.NoLoadWarmup {
+		warmed, err = b.loadWarmup(context.Background(), overlapped)
+	}
+	if upErr := join(); upErr != nil || err != nil {
+		return errors.Join(err, upErr)
+	}
+	b.uploadSec = upEnd.Sub(t0).Seconds()
+	b.uploadBytes = st.bytes
+	attrs := trace.Attrs{
+		"bytes": st.bytes, "gb_per_s": float64(st.bytes) / max(b.uploadSec, 1e-9) / 1e9, "tensors": st.tensors,
+		"chunks": st.chunks, "registered": st.registered, "converted_bytes": st.converted, "streams": 2, "mode": b.opts.Upload,
+	}
+	if b.opts.Upload == UploadStaged && ring != nil {
+		attrs["read_bytes"] = staged.readBytes
+		attrs["readers"] = stagingReaders(b.opts.ColdPageCache)
+		attrs["staging_bytes"] = len(ring.mem)
+		attrs["staging_alloc_ms"] = rr.ms
+		attrs["staging_register_ms"] = regMS
+	}
+	if st.fallback != "" {
+		attrs["mode"] = UploadMapped
+		attrs["fallback"] = st.fallback
+	}
+	b.stageSpan(trace.StageDecoderTensorUpload, t0, upEnd, attrs)
+	if warmed {
+		// The warm-up wrote K and V of dummy tokens: zero the pool again
+		// (graph padding rows attend to block 0 and must read finite
+		// values).
+		if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {
+			return err
+		}
+	}
+	// The upload streams are done; make that visible to the compute
+	// stream too.
+	return b.c.Synchronize()
+}
+
+// loadKernels is the kernel_load stage: the fatbin's module and a cuBLASLt
+// handle over the library Start dlopened in the background.
+func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
+	t0 := time.Now()
+	var err error
+	if b.k, err = b.c.LoadKernels(); err != nil {
+		return err
+	}
+	moduleMS := msSince(t0)
+	t1 := time.Now()
+	br := <-s.blas
+	s.blas <- blasResult{} // adopted
+	if br.err != nil {
+		return br.err
+	}
+	waitMS := msSince(t1)
+	t2 := time.Now()
+	if b.blas, err = b.c.newBLASFrom(br.lib); err != nil {
+		return err
+	}
+	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
+		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
+		"concurrent_with_upload": overlapped})
+	return nil
+}
+
+// allocKV is the backend's kv_alloc stage: the paged pool, zeroed so that
+// graph padding rows, which attend to block 0, read finite values.
+func (b *Backend) allocKV() error {
+	t0 := time.Now()
+	c := b.cfg
+	perLayer := int64(b.opts.NumBlocks) * int64(c.NumKVHeads) * int64(b.opts.BlockSize) * int64(c.HeadDim) * 2
+	b.kvBytes = perLayer * 2 * int64(c.NumLayers)
+	var err error
+	if b.kv, err = b.c.Alloc(int(b.kvBytes)); err != nil {
+		return fmt.Errorf("cuda: KV pool of %d blocks (%d bytes; lower the block count): %w", b.opts.NumBlocks, b.kvBytes, err)
+	}
+	if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {
+		return err
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return err
+	}
+	for i := range b.layers {
+		b.layers[i].k = b.kv + DevicePtr(int64(2*i)*perLayer)
+		b.layers[i].v = b.kv + DevicePtr(int64(2*i+1)*perLayer)
+	}
+	b.stage(trace.StageKVAlloc, t0, trace.Attrs{"blocks": b.opts.NumBlocks, "block_size": b.opts.BlockSize, "bytes": b.kvBytes})
+	return nil
+}
+
+// warmupPrefill are the step sizes the load warm-up runs once each: the
+// GEMM row counts padRows produces from 8 to 256 (the decode graph adds 1;
+// 2 and 4, the next graph buckets, were left out after measuring: their 8
+// extra plans lengthened the warm-up past the 0.6B-shaped upload by 50 ms).
+// cuBLASLt chooses and lazily loads a kernel per shape; after the warm-up a
+// step of any length up to 256 finds its plans built and kernels loaded.
+// The first is also the scratch size set aside for prefill chunks.
+var warmupPrefill = [...]int{256, 128, 64, 32, 16, 8}
+
+// loadWarmup runs dummy eager prefills of warmupPrefill lengths and one
+// batch-1 decode step, capturing its graph, while the weights are still
+// uploading: the weights read are partly stale, which does not matter for
+// what is being warmed (plans, lazily loaded kernels, scratch buffers, the
+// graph's recording). It reports whether it ran; the caller re-zeroes the
+// KV pool afterwards.
+func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) (bool, error) {
+	c := b.cfg
+	bs := b.opts.BlockSize
+	maxT := min(warmupPrefill[0], b.opts.NumBlocks*bs-1)
+	if maxT < 1 {
+		return false, nil
+	}
+	t0 := time.Now()
+	// Size the scratch for the largest warm-up prefill and the metadata
+	// of the largest graph bucket, so that the first requests neither
+	// allocate nor drop a captured graph.
+	meta := 4*maxT + (maxT+bs-1)/bs
+	if !b.opts.NoGraphs && len(b.buckets) > 0 {
+		Bk := b.buckets[len(b.buckets)-1]
+		meta = max(meta, 4*Bk+Bk*b.graphStride)
+	}
+	if err := b.grow(maxT, 8, meta); err != nil {
+		return false, err
+	}
+	blocks := make([]int32, (maxT+bs)/bs)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	row := [][]float32{make([]float32, c.VocabSize)}
+	passes := 0
+	for _, T := range warmupPrefill {
+		if T > maxT {
+			continue
+		}
+		toks := make([]int32, T)
+		for i := range toks {
+			toks[i] = int32(i % c.VocabSize)
+		}
+		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: toks, Blocks: blocks, WantLogits: true}}}
+		stride := (T + bs - 1) / bs
+		b.hostMeta = stepMeta(b.hostMeta, bt, bs, T, 1, stride)
+		if err := b.forward(ctx, bt, row, T, 1, stride); err != nil {
+			return true, fmt.Errorf("cuda: load warm-up prefill of %d tokens: %w", T, err)
+		}
+		passes++
+	}
+	graphs := 0
+	if Bk := b.bucket(1); !b.opts.NoGraphs && !b.graphsOff && Bk > 0 && maxT >= 2 {
+		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: []int32{1}, Pos: 1, Blocks: blocks, WantLogits: true}}}
+		b.hostMeta = stepMeta(b.hostMeta, bt, bs, Bk, Bk, b.graphStride)
+		if err := b.forwardGraph(ctx, row, 1, Bk); err != nil {
+			return true, fmt.Errorf("cuda: load warm-up decode step: %w", err)
+		}
+		graphs = len(b.graphs)
+	}
+	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "prefill_passes": passes, "gemm_plans": b.blas.Plans(),
+		"graphs": graphs, "concurrent_with_upload": overlapped})
+	return true, nil
+}
