@@ -58,3 +58,44 @@ type Backend interface {
 	// Close releases weights and KV storage.
 	Close() error
 }
+
+// TokenChoice says how a backend that samples on the device picks the next
+// token of one chunk (see TokenBackend). It carries the request's Sampling
+// reduced to what a kernel needs, plus a counter-based generator's inputs so
+// that a seeded request draws the same tokens whatever else is in the batch.
+type TokenChoice struct {
+	// Temperature 0 (or TopK 1) is greedy: the argmax, no random draw.
+	Temperature float32
+	// TopK keeps the K most likely tokens; 0 keeps all.
+	TopK int32
+	// TopP keeps the smallest most-likely set reaching TopP; 0 or 1 keeps all.
+	TopP float32
+	// Seed is the request's seed; Step is the index of the token being drawn
+	// in that request's output (0 for the first). The pair names the random
+	// number, so a replayed request draws the same one.
+	Seed uint64
+	Step uint64
+}
+
+// TokenBackend is a Backend that can choose tokens itself, on the device,
+// so that only token ids cross to the host after a step (a row of logits is
+// VocabSize × 4 bytes; a token id is 4). The scheduler uses ForwardTokens
+// instead of Forward when its backend implements it.
+type TokenBackend interface {
+	Backend
+	// ForwardTokens runs one step like Forward. For every Seqs[i] with
+	// WantLogits it writes the token chosen by choice[i] into tokens[i];
+	// when logits[i] is non-nil (a request that asked for logprobs) it also
+	// writes that row's logits there. tokens and choice have len(b.Seqs)
+	// entries; entries of chunks without WantLogits are left alone.
+	ForwardTokens(ctx context.Context, b *Batch, choice []TokenChoice, tokens []int32, logits [][]float32) error
+}
+
+// BlockCopier is a Backend that can copy whole KV blocks (every layer, K and
+// V). With it the scheduler can share a cached prefix's last block
+// copy-on-write: the block is copied before a sequence writes into it.
+type BlockCopier interface {
+	// CopyBlocks makes block dst[i] hold block src[i]'s contents, for every
+	// i, before the next Forward runs. len(src) == len(dst).
+	CopyBlocks(ctx context.Context, src, dst []int32) error
+}
