@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The built-in engine's server under load on the GPU machine (issue 16), one
+# run of one script, so the same command gives the baseline and the result:
+#   1. 64 concurrent streams, input 1024 / output 128 (1 warm-up run, 1
+#      measured), every KV block free afterwards (/metrics);
+#   2. the seed's QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS 1, 2,
+#      4, 8, 12, 16, NREQ requests per level, after an unrecorded 8-request
+#      warm-up (openinfer-vs-vLLM's protocol);
+#   3. the five serving workloads (--workload all, 1 warm-up run, 1 measured);
+#   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
+#      run puts the prefix in the cache; scripts/workloads/prefix_ttft_*.json);
+#   5. the table, printed last (scripts/serve_bench_table.py).
+# Batch-1 ITL and the 52-token warm TTFT come from scripts/gpu-cold-bench.sh.
+# Usage on the GPU machine, with a treni-top built elsewhere:
+#   BIN=.carry/treni-top TOK=.carry/qwen3-tok OUT=/tmp/out bash scripts/gpu-serve-bench.sh
+set -uo pipefail
+BIN=${BIN:-bin/treni-top}
+OUT=${OUT:-$(mktemp -d)}
+WORK=${WORK:-/tmp/treni-serve-bench}
+PRESET=${PRESET:-4b}
+PORT=${PORT:-18577}
+NREQ=${NREQ:-64}
+PARTS=${PARTS:-"streams qps workloads prefix"}
+mkdir -p "$OUT/res" "$WORK"
+RES=$OUT/res
+LOG=$RES/serve-bench.log
+export XDG_DATA_HOME=$WORK/data
+say() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
+d=$WORK/qwen3-$PRESET
+TOKARGS=(); [[ -n ${TOK:-} ]] && TOKARGS=(--tokenizer "$TOK")
+[[ -f $d/config.json ]] || { say "synth $PRESET"; "$BIN" model synth --arch qwen3 --preset "$PRESET" --out "$d" --seed 7 "${TOKARGS[@]}" >>"$LOG" 2>&1; }
+cat "$d"/*.safetensors >/dev/null
+
+say "serve $PRESET"
+"$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 --max-model-len 20480 \
+	${SERVE_FLAGS:-} 2>"$RES/serve.log" &
+PID=$!
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
+for _ in $(seq 1 600); do curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fsS http://127.0.0.1:$PORT/health >/dev/null || { say "server did not come up"; tail -20 "$RES/serve.log"; exit 1; }
+metric() { curl -fsS http://127.0.0.1:$PORT/metrics | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {print $2}'; }
+bench() { # stem, bench flags…
+	local stem=$1; shift
+	local t0=$SECONDS
+	"$BIN" bench --url http://127.0.0.1:$PORT --endpoint completions --ignore-eos --quiet --json \
+		--record "$RES/$stem.jsonl" "$@" >"$RES/$stem.json" 2>>"$LOG"
+	say "bench $stem rc=$? in $((SECONDS - t0)) s"
+}
+for part in $PARTS; do
+	case $part in
+	streams)
+		bench streams64 --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
+		sleep 1
+		say "kv blocks used after 64 streams: $(metric treni_kv_blocks_used)" ;;
+	qps)
+		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128 --no-record
+		bench qps --qps 1,2,4,8,12,16 --num-requests "$NREQ" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
+	workloads)
+		bench workloads --workload all --warmup-runs 1 --repeat-runs 1 ;;
+	prefix)
+		for k in 1k 16k; do
+			bench "prefix-$k" --workload-file scripts/workloads/prefix_ttft_$k.json --warmup-runs 1 --repeat-runs 1
+		done ;;
+	esac
+done
+sleep 1
+say "kv blocks used at the end: $(metric treni_kv_blocks_used) of $(metric treni_kv_blocks_total)"
+curl -fsS http://127.0.0.1:$PORT/metrics >"$RES/metrics-end.txt" 2>/dev/null
+kill $PID; wait $PID 2>/dev/null
+trap - EXIT
+python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Prints the table of one run of scripts/gpu-serve-bench.sh from its results
+directory (the JSON reports of treni-top bench, schema treni-top-bench/1).
+
+usage: serve_bench_table.py RESULTS_DIR
+"""
+import json
+import os
+import sys
+
+
+def load(res, stem):
+    p = os.path.join(res, stem + ".json")
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def dist(m, key, q):
+    d = m.get(key) or {}
+    return d.get(q, 0.0) if d.get("n") else float("nan")
+
+
+def row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def main():
+    res = sys.argv[1]
+    out = []
+    r = load(res, "streams64")
+    if r:
+        out += ["### 64 concurrent streams, 1024 in / 128 out", "",
+                row(["output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
+                row(["--:"] * 6)]
+        for w in r.get("workloads", []):
+            for m in w.get("runs", []):
+                out.append(row(["%.0f" % m["output_tok_per_s"], "%.2f" % dist(m, "tpot_ms", "p50"),
+                                "%.2f" % dist(m, "tpot_ms", "p99"), "%.1f" % dist(m, "ttft_ms", "p50"),
+                                "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
+        out.append("")
+    r = load(res, "qps")
+    if r:
+        out += ["### QPS sweep (Poisson, seed 42, in 1024 / out 128)", "",
+                row(["QPS", "requests", "output tok/s", "req/s", "TTFT p50", "TPOT p50", "TPOT p99", "ITL p99", "failed"]),
+                row(["--:"] * 9)]
+        for w in r.get("workloads", []):
+            name = w["spec"].get("name", "")
+            for m in w.get("runs", []):
+                out.append(row([name, str(m["requests"]), "%.0f" % m["output_tok_per_s"], "%.2f" % m["req_per_s"],
+                                "%.1f" % dist(m, "ttft_ms", "p50"), "%.2f" % dist(m, "tpot_ms", "p50"),
+                                "%.2f" % dist(m, "tpot_ms", "p99"), "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
+        out.append("")
+    r = load(res, "workloads")
+    if r:
+        out += ["### The five serving workloads", "",
+                row(["workload", "requests", "output tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "failed"]),
+                row(["---"] + ["--:"] * 8)]
+        for w in r.get("workloads", []):
+            for m in w.get("runs", []):
+                out.append(row([w["spec"].get("name", ""), str(m["requests"]), "%.0f" % m["output_tok_per_s"],
+                                "%.1f" % dist(m, "ttft_ms", "p50"), "%.1f" % dist(m, "ttft_ms", "p99"),
+                                "%.2f" % dist(m, "itl_ms", "p50"), "%.2f" % dist(m, "itl_ms", "p99"),
+                                "%.2f" % dist(m, "tpot_ms", "p50"), str(m["failed"])]))
+        out.append("")
+    pre = [(k, load(res, "prefix-" + k)) for k in ("1k", "16k")]
+    if any(r for _, r in pre):
+        out += ["### Warm prefix-hit TTFT (shared prefix, 8-token suffix, one request at a time)", "",
+                row(["prefix", "TTFT p50 (ms)", "TTFT p99 (ms)", "TTFT max (ms)", "requests", "failed"]), row(["--:"] * 6)]
+        for k, r in pre:
+            if not r:
+                continue
+            for w in r.get("workloads", []):
+                for m in w.get("runs", []):
+                    out.append(row([k, "%.2f" % dist(m, "ttft_ms", "p50"), "%.2f" % dist(m, "ttft_ms", "p99"),
+                                    "%.2f" % dist(m, "ttft_ms", "max"), str(m["requests"]), str(m["failed"])]))
+        out.append("")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
