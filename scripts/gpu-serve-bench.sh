@@ -6,7 +6,8 @@
 #   2. the seed's QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS 1, 2,
 #      4, 8, 12, 16, NREQ requests per level, after an unrecorded 8-request
 #      warm-up (openinfer-vs-vLLM's protocol);
-#   3. the five serving workloads (--workload all, 1 warm-up run, 1 measured);
+#   3. the five serving workloads (--workload all, 1 measured run: the server
+#      is warm from parts 1–2);
 #   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
 #      run puts the prefix in the cache; scripts/workloads/prefix_ttft_*.json);
 #   5. the table, printed last (scripts/serve_bench_table.py).
@@ -19,7 +20,7 @@ OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/treni-serve-bench}
 PRESET=${PRESET:-4b}
 PORT=${PORT:-18577}
-NREQ=${NREQ:-64}
+NREQ=${NREQ:-32}
 PARTS=${PARTS:-"streams qps workloads prefix"}
 mkdir -p "$OUT/res" "$WORK"
 RES=$OUT/res
@@ -56,7 +57,7 @@ for part in $PARTS; do
 		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128 --no-record
 		bench qps --qps 1,2,4,8,12,16 --num-requests "$NREQ" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
 	workloads)
-		bench workloads --workload all --warmup-runs 1 --repeat-runs 1 ;;
+		bench workloads --workload all --warmup-runs 0 --repeat-runs 1 ;;
 	prefix)
 		for k in 1k 16k; do
 			bench "prefix-$k" --workload-file scripts/workloads/prefix_ttft_$k.json --warmup-runs 1 --repeat-runs 1
