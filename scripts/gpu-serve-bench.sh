@@ -54,7 +54,7 @@ for part in $PARTS; do
 		sleep 1
 		say "kv blocks used after 64 streams: $(metric treni_kv_blocks_used)" ;;
 	qps)
-		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128 --no-record
+		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128
 		bench qps --qps 1,2,4,8,12,16 --num-requests "$NREQ" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
 	workloads)
 		bench workloads --workload all --warmup-runs 0 --repeat-runs 1 ;;

@@ -78,7 +78,7 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.IntVar(&o.BlockSize, "block-size", 16, "positions per KV block")
 	f.IntVar(&o.MaxBatch, "max-batch", 16, "maximum running sequences")
 	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 256, "token budget of one step (long prompts are prefilled in chunks)")
-	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length cap (default: the model's, at most 8192)")
+	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length (default: the model's, at most 8192; up to the model's max_position_embeddings)")
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
 	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost)")

@@ -53,7 +53,8 @@ type Options struct {
 	MaxBatch int
 	// MaxBatchedTokens is the per-step token budget (default 256).
 	MaxBatchedTokens int
-	// MaxSeqLen caps the context (default: the model's, at most 8192).
+	// MaxSeqLen is the context length (default: the model's, at most
+	// defaultMaxContext; it may go up to the model's own limit).
 	MaxSeqLen int
 	// Threads for the CPU backend (default GOMAXPROCS).
 	Threads int
@@ -201,12 +202,9 @@ func Run(ctx context.Context, o Options) error {
 	defer ck.Close()
 
 	cfg := ck.Config
-	maxSeq := cfg.MaxPositionEmbeddings
-	if maxSeq <= 0 || maxSeq > 8192 {
-		maxSeq = 8192
-	}
-	if o.MaxSeqLen > 0 {
-		maxSeq = min(maxSeq, o.MaxSeqLen)
+	maxSeq, err := contextLength(cfg.MaxPositionEmbeddings, o.MaxSeqLen)
+	if err != nil {
+		return err
 	}
 
 	// kv_alloc: the backend's KV pool (and the optional touched pool).
@@ -398,6 +396,25 @@ func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time
 	}
 	em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": n, "gb_per_s": round3(gbps), "files": len(ck.WeightFiles())})
 	return ck, pEnd, 1, nil
+}
+
+// defaultMaxContext caps the default context: a KV pool sized for the
+// model's full context (40,960 positions for Qwen3) would be mostly idle.
+const defaultMaxContext = 8192
+
+// contextLength is the served context: asked (> 0) up to the model's
+// limit, else the model's limit capped at defaultMaxContext.
+func contextLength(model, asked int) (int, error) {
+	if asked > 0 {
+		if model > 0 && asked > model {
+			return 0, fmt.Errorf("--max-model-len %d is longer than the model's %d positions (max_position_embeddings in config.json); use at most %d", asked, model, model)
+		}
+		return asked, nil
+	}
+	if model <= 0 || model > defaultMaxContext {
+		return defaultMaxContext, nil
+	}
+	return model, nil
 }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

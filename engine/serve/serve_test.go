@@ -114,3 +114,25 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestContextLength: --max-model-len may raise the context above the
+// default cap up to the model's own limit, and is refused beyond it.
+func TestContextLength(t *testing.T) {
+	for _, c := range []struct {
+		model, asked, want int
+		err                bool
+	}{
+		{40960, 0, 8192, false},
+		{4096, 0, 4096, false},
+		{0, 0, 8192, false},
+		{40960, 20480, 20480, false},
+		{40960, 1024, 1024, false},
+		{4096, 8192, 0, true},
+		{0, 16384, 16384, false},
+	} {
+		got, err := contextLength(c.model, c.asked)
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("contextLength(%d, %d) = %d, %v; want %d (error %v)", c.model, c.asked, got, err, c.want, c.err)
+		}
+	}
+}
