@@ -115,25 +115,28 @@ func childEnv() []string {
 	return env
 }
 
-// synthCheckpoint writes a qwen3 synth checkpoint of preset once per process
-// with `treni-top model synth` and returns its directory.
-func synthCheckpoint(t *testing.T, preset string) string {
+// synthCheckpoint writes a qwen3 synth checkpoint of preset (with any
+// extra `model synth` flags) once per process with `treni-top model synth`
+// and returns its directory.
+func synthCheckpoint(t *testing.T, preset string, extra ...string) string {
 	t.Helper()
 	e2e.mu.Lock()
 	defer e2e.mu.Unlock()
-	if d, ok := e2e.models[preset]; ok {
+	key := strings.Join(append([]string{preset}, extra...), " ")
+	if d, ok := e2e.models[key]; ok {
 		return d
 	}
-	d := filepath.Join(e2e.dir, "qwen3-"+preset)
+	d := filepath.Join(e2e.dir, fmt.Sprintf("qwen3-%s-%d", preset, len(e2e.models)))
 	start := time.Now()
-	cmd := exec.Command(e2e.bin, "model", "synth", "--arch", "qwen3", "--preset", preset, "--out", d, "--seed", "7")
+	args := append([]string{"model", "synth", "--arch", "qwen3", "--preset", preset, "--out", d, "--seed", "7"}, extra...)
+	cmd := exec.Command(e2e.bin, args...)
 	cmd.Env = childEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("model synth --preset %s: %v\n%s", preset, err, out)
+		t.Fatalf("model synth --preset %s %s: %v\n%s", preset, strings.Join(extra, " "), err, out)
 	}
-	t.Logf("checkpoint %s written in %s: %s", preset, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
-	e2e.models[preset] = d
+	t.Logf("checkpoint %s written in %s: %s", key, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	e2e.models[key] = d
 	return d
 }
 
@@ -273,6 +276,18 @@ func expectVerdict(t *testing.T, sc scenario, want string) {
 	if !ok || h.Verdict != sessions.VerdictDominant || h.Score < sessions.DominantShare {
 		t.Errorf("hypothesis %s: verdict %q score %.3f, want dominant with score ≥ %.2f", want, h.Verdict, h.Score, sessions.DominantShare)
 	}
+	// The induced cost must dominate by a wide margin, so that no host of
+	// this kind (fast or slow, idle or loaded) can tip the verdict: the
+	// runner-up among the cold terms A–E is at most a third of it.
+	for _, o := range sc.diag.Hypotheses {
+		if o.Code == want || o.Code == "F" {
+			continue
+		}
+		if o.TermMS*scenarioMargin > h.TermMS {
+			t.Errorf("hypothesis %s's term %.1f ms is not %g× the runner-up %s (%.1f ms): the induced cost does not dominate by a wide margin\n%s",
+				want, h.TermMS, scenarioMargin, o.Code, o.TermMS, describeScenario(sc))
+		}
+	}
 	if sc.run.ColdEndKind != sessions.ColdEndFirstToken || sc.coldEnd != sessions.ColdEndFirstToken {
 		t.Errorf("cold window ends at %q (report: %q), want %q: the cold request's first token was not seen", sc.run.ColdEndKind, sc.coldEnd, sessions.ColdEndFirstToken)
 	}
@@ -281,6 +296,11 @@ func expectVerdict(t *testing.T, sc scenario, want string) {
 	}
 	assertNothingLeft(t, sc.sess, nil)
 }
+
+// scenarioMargin is how many times the induced term must exceed every other
+// cold term (issue 13): each scenario makes its cost large by construction
+// (sizes chosen below), so the margin holds on any host of this kind.
+const scenarioMargin = 3.0
 
 // stageSpan returns the run's span of a stage (the engine's, when both the
 // launcher and the engine report it).
@@ -434,11 +454,25 @@ func freeLocalAddr(t *testing.T) string {
 	return "127.0.0.1:" + strconv.Itoa(p)
 }
 
-// TestE2EScenarioA: the built-in engine on the demo checkpoint with its
-// weight files evicted before launch → A, page cache fill.
+// loadCheckpoint is the checkpoint of scenarios A and B: Qwen3-0.6B's 28
+// layers in float32 with the small trained tokenizer's vocabulary
+// (--fit-vocab, so every generated token prints text and the cold
+// request's first token can be timed), 1.78 GB of weights. Moving that many
+// bytes (from storage in A, from the page cache into the engine's own
+// memory in B) costs ≥ 200 ms even at 9 GB/s, the fastest copy seen on a
+// machine of this kind, while every other cold term of the CPU engine
+// (process start, tokenizer, KV pool, the first request's excess) is
+// 10–60 ms there idle or beside a CPU hog, occasionally 100 ms; the demo
+// checkpoint (308 MB) left no margin on a fast host (issue 13).
+func loadCheckpoint(t *testing.T) string {
+	return synthCheckpoint(t, "0.6b", "--fit-vocab", "--dtype", "f32")
+}
+
+// TestE2EScenarioA: the built-in engine on loadCheckpoint
+// with its weight files evicted before launch → A, page cache fill.
 func TestE2EScenarioA(t *testing.T) {
 	needBinary(t)
-	dir := synthCheckpoint(t, "demo")
+	dir := loadCheckpoint(t)
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil && (fs.Type == 0x01021994 || fs.Type == 0x858458f6) {
 		t.Skipf("%s is on tmpfs/ramfs, whose pages cannot be evicted from the page cache; set TMPDIR to a disk-backed directory to run scenario A", dir)
@@ -486,14 +520,16 @@ func TestE2EScenarioA(t *testing.T) {
 	}
 }
 
-// TestE2EScenarioB: the same checkpoint with a warm page cache → B; on CPU
-// moving the mapped weights into the engine's resident memory is the
-// page_cache stage, and it must be the largest stage of the cold window.
+// TestE2EScenarioB: the same checkpoint with a warm page cache and
+// --load copy (the engine reads the weights into its own memory, as
+// llama.cpp --no-mmap does) → B: moving the cached bytes into the engine's
+// memory is the decoder_tensor_upload stage, a copy of 1.78 GB whose cost
+// does not depend on how fast the host faults in a mapping.
 func TestE2EScenarioB(t *testing.T) {
 	needBinary(t)
-	dir := synthCheckpoint(t, "demo")
+	dir := loadCheckpoint(t)
 	warmPageCache(t, dir)
-	sc := runScenario(t, "B", "--device", "cpu", "--model", dir)
+	sc := runScenario(t, "B", "--device", "cpu", "--load", "copy", "--model", dir)
 	expectVerdict(t, sc, "B")
 	f := sc.diag.Facts
 	if f.Evicted {
@@ -505,33 +541,18 @@ func TestE2EScenarioB(t *testing.T) {
 	if f.IOReadBytes >= 0 && f.IOReadBytes >= 0.1*f.WeightBytes {
 		t.Errorf("the target read %.1f MiB from storage with a warm cache (weights %.1f MiB)", f.IOReadBytes/(1<<20), f.WeightBytes/(1<<20))
 	}
-	pc, ok := sc.run.Attribution.Stage(trace.StagePageCache)
+	up, ok := stageSpan(sc.run, trace.StageDecoderTensorUpload)
 	if !ok {
-		t.Fatalf("no page_cache stage\n%s", describeScenario(sc))
+		t.Fatalf("no decoder_tensor_upload stage with --load copy\n%s", describeScenario(sc))
 	}
-	if pc.Share < sessions.DominantShare {
-		t.Errorf("page_cache covers %.0f%% of the cold window, want ≥ %.0f%%", 100*pc.Share, 100*sessions.DominantShare)
+	if m, _ := up.Attrs.String("mode"); m != "copy" {
+		t.Errorf("decoder_tensor_upload mode = %q, want copy", m)
 	}
-	// Moving the weights must be the largest cold term. The first request
-	// is not all cold cost: its warm part (the warm median TTFT, the
-	// prefill itself) is paid on every request, so only its excess over the
-	// warm median counts — the decomposition the diagnosis makes. On two
-	// slow cores the demo model's prefill alone is as long as faulting its
-	// mapping, which is why comparing whole stages here was wrong (CI saw
-	// first_request 98 ms against page_cache 93 ms, 68 ms of it warm).
-	for _, st := range sc.run.Attribution.Stages {
-		cold := st.Duration
-		if st.Name == trace.StageFirstRequest {
-			rs := sessions.SummarizeRequests(sc.run.Requests)
-			if rs.Cold == nil || rs.WarmTTFT.N == 0 {
-				t.Fatalf("no cold and warm TTFT to split first_request\n%s", describeScenario(sc))
-			}
-			excess := time.Duration((rs.Cold.TTFT - rs.WarmTTFT.Median) * float64(time.Millisecond))
-			cold = max(excess, 0)
-		}
-		if st.Name != trace.StagePageCache && cold > pc.Duration {
-			t.Errorf("stage %s costs %s cold, more than page_cache (%s): moving the weights does not dominate\n%s", st.Name, sessions.FormatDuration(cold), sessions.FormatDuration(pc.Duration), describeScenario(sc))
-		}
+	if b, _ := up.Attrs.Float("bytes"); f.WeightBytes > 0 && b < 0.99*f.WeightBytes {
+		t.Errorf("decoder_tensor_upload copied %.1f MiB of %.1f MiB of weights", b/(1<<20), f.WeightBytes/(1<<20))
+	}
+	if st, _ := sc.run.Attribution.Stage(trace.StageDecoderTensorUpload); st.Share < sessions.DominantShare {
+		t.Errorf("decoder_tensor_upload covers %.0f%% of the cold window, want ≥ %.0f%%", 100*st.Share, 100*sessions.DominantShare)
 	}
 	if h, _ := sc.diag.Hypothesis("A"); h.TermMS > 0 {
 		t.Errorf("A must not take the loading term of a warm run: %+v", h)

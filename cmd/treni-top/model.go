@@ -40,7 +40,8 @@ Presets carry the real models' shapes:
 Weights are drawn like transformers' init (normal, std 0.02; norms at one) and
 are the same bytes for the same --seed. Without --tokenizer a small byte-level
 BPE tokenizer is trained on text shipped in the binary; tiny and demo then take
-its vocabulary size, the real presets keep the real vocabulary size.`,
+its vocabulary size, the real presets keep the real vocabulary size (with
+--fit-vocab they take the tokenizer's too, keeping their layer shapes).`,
 		Example: `  treni-top model synth --arch qwen3 --preset 0.6b --out ./qwen3-0.6b
   treni-top model synth --arch llama --preset tiny --out ./llama-tiny --seed 7 --dtype f32
   treni-top model synth --arch qwen3 --preset 4b --out ./q4b --tokenizer ./Qwen3-4B`,
@@ -71,6 +72,7 @@ its vocabulary size, the real presets keep the real vocabulary size.`,
 	f.StringVar(&o.OutDir, "out", "", "output directory (created if missing)")
 	f.Uint64Var(&o.Seed, "seed", 0, "weight seed; the same seed writes the same bytes")
 	f.StringVar(&o.DType, "dtype", "bf16", "weight dtype: bf16, f16 or f32")
+	f.BoolVar(&o.FitVocab, "fit-vocab", false, "size the vocabulary to the tokenizer (real layer shapes, fewer embedding rows), so every generated token prints text with the small trained tokenizer")
 	f.StringVar(&o.TokenizerDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory instead of training a small tokenizer")
 	f.BoolVar(&o.Force, "force", false, "replace a model already in --out")
 	return cmd

@@ -30,6 +30,7 @@ type runOptions struct {
 	engine string
 	model  string
 	device string
+	load   string
 	url    string
 	evict  bool
 }
@@ -64,6 +65,7 @@ report (--json for JSON), stopping the target after the warm requests unless
 	f.StringVar(&o.engine, "engine", "", "target: builtin (the built-in engine) or external (the command after --); default builtin without a command")
 	f.StringVar(&o.model, "model", "", "model directory for the built-in engine (default: the demo checkpoint)")
 	f.StringVar(&o.device, "device", "", "device for the built-in engine (cpu, cuda, cuda:1; default: the engine's choice)")
+	f.StringVar(&o.load, "load", "", "how the built-in engine takes the weights: mmap or copy (see treni-top serve --help; default: the engine's choice)")
 	f.StringVar(&o.url, "url", "", "the target's base URL for health and requests (default: inferred from the command, the server kind or its log)")
 	f.BoolVar(&o.evict, "evict-page-cache", false, "evict the weight files from the page cache before launch and record residency before and after")
 	addLiveFlags(cmd, &o.liveOptions)
@@ -117,7 +119,11 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		if st, err := os.Stat(model); err != nil || !st.IsDir() {
 			return withExit(2, fmt.Errorf("--model %s is not a model directory; make one with 'treni-top model synth' or point at a Hugging Face checkout", model))
 		}
-		s, err := launch.BuiltinSpec(model, o.device)
+		var extra []string
+		if o.load != "" {
+			extra = append(extra, "--load", o.load)
+		}
+		s, err := launch.BuiltinSpec(model, o.device, extra...)
 		if err != nil {
 			return withExit(2, err)
 		}

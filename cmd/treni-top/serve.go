@@ -81,6 +81,7 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length (default: the model's, at most 8192; up to the model's max_position_embeddings)")
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
+	f.StringVar(&o.Load, "load", "", "how the weights are taken: mmap (compute from the mapped files; CPU default) or copy (read them into the engine's own memory, like llama.cpp --no-mmap; the CUDA backend's staged upload, its default)")
 	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost)")
 	return cmd
 }

@@ -93,7 +93,9 @@ type Checkpoint struct {
 	Stats   IndexStats
 
 	mu   sync.Mutex
-	maps [][]byte
+	maps [][]byte // the mapped weight files
+	// owned is anonymous memory holding the weights after CopyToMemory.
+	owned [][]byte
 }
 
 type weightIndex struct {
@@ -463,7 +465,7 @@ func (c *Checkpoint) Prefetch(ctx context.Context, workers int) (int64, error) {
 	return total, nil
 }
 
-// Close unmaps every file. Tensor data is invalid afterwards. Calling it
+// Close unmaps every file (and frees the memory CopyToMemory filled). Tensor data is invalid afterwards. Calling it
 // twice is harmless.
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
@@ -475,6 +477,12 @@ func (c *Checkpoint) Close() error {
 		}
 	}
 	c.maps = nil
+	for _, m := range c.owned {
+		if err := unix.Munmap(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.owned = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("unmap %s: %w", c.Dir, err)
 	}

@@ -61,6 +61,12 @@ type Options struct {
 	// WarmupPasses runs that many dummy forward passes (a prefill and a
 	// decode step each) before serving; the warmup stage.
 	WarmupPasses int
+	// Load is how the weights are taken: model.LoadMmap or model.LoadCopy;
+	// "" is the backend's default (mmap on the CPU, copy on CUDA). On the
+	// CPU backend copy reads them into the engine's own memory (the
+	// decoder_tensor_upload stage); on CUDA copy is the staged upload (pread
+	// into pinned memory) and mmap the upload from the mapped files.
+	Load string
 	// KVTouchGiB allocates and touches that many GiB during kv_alloc, to
 	// reproduce a first-time allocation cost (diagnosis scenario D).
 	KVTouchGiB float64
@@ -143,7 +149,7 @@ func Run(ctx context.Context, o Options) error {
 	// only where there is no driver at all.
 	var starter *cuda.Starter
 	if o.Device != "cpu" {
-		st, err := cuda.Start(cuda.BackendOptions{Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
+		st, err := cuda.Start(cuda.BackendOptions{Upload: cudaUpload(o.Load), Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
 		switch {
 		case err == nil:
 			starter = st
@@ -347,6 +353,11 @@ func (o *Options) normalize(lg *log.Logger) error {
 	if o.MaxBatchedTokens <= 0 {
 		o.MaxBatchedTokens = 256
 	}
+	if o.Load != "" { // "" is each backend's default: mmap on CPU, staged (copy) on CUDA
+		if _, err := model.CheckLoadMode(o.Load); err != nil {
+			return fmt.Errorf("--load: %w", err)
+		}
+	}
 	switch {
 	case o.WarmupPasses < 0:
 		return fmt.Errorf("--warmup-passes %d: use 0 or more", o.WarmupPasses)
@@ -358,12 +369,20 @@ func (o *Options) normalize(lg *log.Logger) error {
 	return nil
 }
 
-// loadCheckpoint runs tensor_index_build then page_cache: with prefetch,
-// reading every weight byte into the page cache through the mapping (the
-// CPU backend computes from it); without, only checking how much of the
-// weights the cache holds. It returns the end of the last stage and the
-// fraction of the weights resident before (1 after a prefetch).
-func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time, prefetch bool) (*model.Checkpoint, time.Time, float64, error) {
+// loadCheckpoint runs tensor_index_build, then page_cache and, for a
+// backend computing from host memory (onHost, the CPU backend) with
+// --load copy, decoder_tensor_upload:
+//   - onHost, --load mmap: page_cache reads every weight byte into the page
+//     cache through the mapping, which the backend then computes from;
+//   - onHost, --load copy: page_cache only checks how much of the weights
+//     the cache holds, and decoder_tensor_upload reads them with pread into
+//     the engine's own memory (from storage for the pages not cached);
+//   - a device backend: page_cache only checks residency (the backend reads
+//     the files itself during its own decoder_tensor_upload).
+//
+// It returns the end of the last stage and the fraction of the weights
+// resident before loading (1 after a prefetch).
+func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time, onHost bool) (*model.Checkpoint, time.Time, float64, error) {
 	ck, err := model.Open(o.ModelDir)
 	if err != nil {
 		return nil, time.Time{}, 0, fmt.Errorf("open the checkpoint: %w", err)
@@ -371,31 +390,57 @@ func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time
 	st := ck.Stats
 	pStart := time.Now()
 	em.stage(trace.StageTensorIndexBuild, start, pStart, trace.Attrs{"tensors": st.Tensors, "bytes": st.Bytes, "files": st.Files, "header_bytes": st.HeaderBytes})
-	if !prefetch {
+	if !onHost || o.Load == model.LoadCopy {
 		res, total, err := ck.Residency()
 		if err != nil {
 			return ck, time.Time{}, 0, err
 		}
 		pEnd := time.Now()
-		em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": total, "resident_bytes": res, "files": len(ck.WeightFiles()),
-			"read": "deferred to decoder_tensor_upload (the CUDA backend reads the files itself)"})
+		read := "deferred to decoder_tensor_upload (the CUDA backend reads the files itself)"
+		if onHost {
+			read = "deferred to decoder_tensor_upload (--load copy reads the files into the engine's memory)"
+		}
+		em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": total, "resident_bytes": res, "files": len(ck.WeightFiles()), "read": read})
 		frac := 1.0
 		if total > 0 {
 			frac = float64(res) / float64(total)
 		}
-		return ck, pEnd, frac, nil
+		if !onHost {
+			return ck, pEnd, frac, nil
+		}
+		cs, err := ck.CopyToMemory(ctx, 0)
+		if err != nil {
+			return ck, time.Time{}, 0, err
+		}
+		uEnd := time.Now()
+		em.stage(trace.StageDecoderTensorUpload, pEnd, uEnd, trace.Attrs{"bytes": cs.Bytes, "gb_per_s": round3(gbPerS(cs.Bytes, uEnd.Sub(pEnd))),
+			"mode": model.LoadCopy, "device": "host", "readers": cs.Readers, "files": cs.Files, "resident_before_bytes": res})
+		return ck, uEnd, frac, nil
 	}
 	n, err := ck.Prefetch(ctx, 0)
 	if err != nil {
 		return ck, time.Time{}, 0, fmt.Errorf("read the weights into the page cache: %w", err)
 	}
 	pEnd := time.Now()
-	gbps := 0.0
-	if d := pEnd.Sub(pStart).Seconds(); d > 0 {
-		gbps = float64(n) / d / 1e9
-	}
-	em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": n, "gb_per_s": round3(gbps), "files": len(ck.WeightFiles())})
+	em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": n, "gb_per_s": round3(gbPerS(n, pEnd.Sub(pStart))), "files": len(ck.WeightFiles())})
 	return ck, pEnd, 1, nil
+}
+
+// cudaUpload maps --load onto the CUDA backend's upload paths: copy is the
+// staged upload (pread into pinned memory, the default), mmap the upload
+// straight from the mapped files.
+func cudaUpload(load string) string {
+	if load == model.LoadMmap {
+		return cuda.UploadMapped
+	}
+	return cuda.UploadStaged
+}
+
+func gbPerS(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds() / 1e9
 }
 
 // defaultMaxContext caps the default context: a KV pool sized for the
@@ -530,7 +575,7 @@ type backend interface {
 // graph_capture) as stage lines.
 func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
 	if starter != nil {
-		cb, err := starter.Load(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache,
+		cb, err := starter.Load(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load),
 			Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
 		if err == nil {
 			return cb, nil

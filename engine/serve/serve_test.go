@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -134,5 +135,81 @@ func TestContextLength(t *testing.T) {
 		if (err != nil) != c.err || got != c.want {
 			t.Errorf("contextLength(%d, %d) = %d, %v; want %d (error %v)", c.model, c.asked, got, err, c.want, c.err)
 		}
+	}
+}
+
+// TestRunLoadCopy: --load copy on the CPU backend reads the weights into the
+// engine's memory as the decoder_tensor_upload stage (after a page_cache
+// stage that only checks residency), the served tokens are the same as
+// with the mapped weights, and an unknown mode is refused before loading.
+func TestRunLoadCopy(t *testing.T) {
+	dir := tinyModel(t)
+	complete := func(load string) (string, string) {
+		var stderr syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ready := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", Device: "cpu", KVBlocks: 64, Load: load,
+				TokenizerCacheDir: "-", Stderr: &stderr, Ready: func(a string) { ready <- a }})
+		}()
+		var addr string
+		select {
+		case addr = <-ready:
+		case err := <-done:
+			t.Fatalf("--load %s: Run ended before ready: %v\n%s", load, err, stderr.String())
+		case <-time.After(time.Minute):
+			t.Fatalf("--load %s: not ready after a minute", load)
+		}
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"tiny","prompt":"hello there","max_tokens":6,"temperature":0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("--load %s: %d %s", load, resp.StatusCode, b)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("--load %s: Run: %v", load, err)
+		}
+		var text struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &text); err != nil || len(text.Choices) != 1 {
+			t.Fatalf("--load %s: %v %s", load, err, b)
+		}
+		return text.Choices[0].Text, stderr.String()
+	}
+	mapped, _ := complete("mmap")
+	copied, log := complete("copy")
+	if copied != mapped {
+		t.Errorf("greedy text with --load copy %q differs from --load mmap %q", copied, mapped)
+	}
+	var pc, up trace.StageLine
+	for _, line := range strings.Split(log, "\n") {
+		if l, err := trace.ParseStageLine(line); err == nil {
+			switch l.Stage {
+			case trace.StagePageCache:
+				pc = l
+			case trace.StageDecoderTensorUpload:
+				up = l
+			}
+		}
+	}
+	if up.Stage == "" || up.Attrs["mode"] != "copy" || up.Attrs["device"] != "host" {
+		t.Fatalf("no decoder_tensor_upload stage of mode copy:\n%s", log)
+	}
+	if b, _ := up.Attrs["bytes"].(float64); b <= 0 || pc.Attrs["resident_bytes"] == nil || up.StartNS != pc.EndNS {
+		t.Errorf("page_cache %v then decoder_tensor_upload %v: want residency checked, then the copy", pc, up)
+	}
+	err := Run(context.Background(), Options{ModelDir: dir, Device: "cpu", Load: "direct", Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "--load") {
+		t.Errorf("--load direct: %v, want an error naming --load", err)
 	}
 }

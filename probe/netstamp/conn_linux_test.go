@@ -106,9 +106,13 @@ func TestConnTimesArrivalNotRead(t *testing.T) {
 			t.Fatalf("read %d: no arrival recorded", i)
 		}
 		// The stamp converts through the wall clock over a short age;
-		// allow a little for that and for the loopback hand-off.
+		// allow a little for that. After the write: loopback normally
+		// delivers inside the write call, but on a loaded machine the
+		// kernel may defer the receive to ksoftirqd, so the upper bound is
+		// a quarter of the wait — still three quarters of it before the
+		// read, which is what tells arrival from read time.
 		const slack = 2 * time.Millisecond
-		if at < before-slack || at > after+slack {
+		if at < before-slack || at > after+wait/4 {
 			t.Errorf("read %d: arrival at %v, want between the write's start %v and end %v (read at %v)", i, at, before, after, readAt)
 		}
 		if readAt-at < wait/2 {

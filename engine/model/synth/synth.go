@@ -47,6 +47,13 @@ type Options struct {
 	// TokenizerDir, when set, is copied (tokenizer.json and friends);
 	// otherwise a small BPE tokenizer is trained on the embedded corpus.
 	TokenizerDir string
+	// FitVocab sizes the vocabulary (embedding and lm_head rows) to the
+	// tokenizer, rounded up to 64, instead of the preset's real size: the
+	// layers keep the real shape. With the small trained tokenizer, a real
+	// preset then generates only ids that print text, so a streaming
+	// client can time every token (most of 151,936 random ids print
+	// nothing with an 8k-token tokenizer).
+	FitVocab bool
 	// Force lets Write replace a model already in OutDir.
 	Force bool
 	// Workers generating weights; <= 0 means GOMAXPROCS.
@@ -125,12 +132,9 @@ func Write(ctx context.Context, o Options) (Result, error) {
 	if err := tok.adaptTrainedConfig(arch); err != nil {
 		return Result{}, err
 	}
-	vocab := shape.Vocab
-	if vocab == 0 {
-		vocab = (tok.size + 63) / 64 * 64
-	} else if tok.size > vocab {
-		return Result{}, fmt.Errorf("tokenizer from %s has %d ids but %s %s has a vocabulary of %d; use a matching tokenizer",
-			tok.source, tok.size, arch, o.Preset, vocab)
+	vocab, err := vocabSize(shape.Vocab, tok.size, o.FitVocab)
+	if err != nil {
+		return Result{}, fmt.Errorf("tokenizer from %s: %w (%s %s); use a matching tokenizer or --fit-vocab", tok.source, err, arch, o.Preset)
 	}
 	cfgJSON, err := configJSON(arch, shape, vocab, dt, ids)
 	if err != nil {
@@ -381,4 +385,17 @@ func (w *weightWriter) writeShard(path string, s shard) error {
 // isNorm: RMSNorm weights start at one, as transformers initialises them.
 func isNorm(name string) bool {
 	return strings.HasSuffix(name, "norm.weight")
+}
+
+// vocabSize is the vocabulary Write gives the model: the preset's (0 for
+// tiny and demo) unless fit, else the tokenizer's id count rounded up to a
+// multiple of 64 (the embedding rows kernels like to see).
+func vocabSize(preset, tokenizer int, fit bool) (int, error) {
+	if preset == 0 || fit {
+		return (tokenizer + 63) / 64 * 64, nil
+	}
+	if tokenizer > preset {
+		return 0, fmt.Errorf("%d token ids do not fit the preset's vocabulary of %d", tokenizer, preset)
+	}
+	return preset, nil
 }

@@ -396,3 +396,26 @@ func TestFillChunkSplitInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestVocabSize: real presets keep their vocabulary unless --fit-vocab,
+// which (like tiny and demo) takes the tokenizer's, rounded up to 64.
+func TestVocabSize(t *testing.T) {
+	for _, c := range []struct {
+		preset, tok int
+		fit         bool
+		want        int
+		err         bool
+	}{
+		{0, 264, false, 320, false},
+		{151936, 8200, false, 151936, false},
+		{151936, 8200, true, 8256, false},
+		{151936, 8192, true, 8192, false},
+		{1000, 2000, false, 0, true},
+		{1000, 2000, true, 2048, false},
+	} {
+		got, err := vocabSize(c.preset, c.tok, c.fit)
+		if got != c.want || (err != nil) != c.err {
+			t.Errorf("vocabSize(%d, %d, %v) = %d, %v; want %d (error %v)", c.preset, c.tok, c.fit, got, err, c.want, c.err)
+		}
+	}
+}
