@@ -53,7 +53,7 @@ var fixtureWants = map[string]fixtureWant{
 		{trace.StageDecoderTensorUpload, 0.5, 0.5, 0, nil},
 		{trace.StageCompile, 31.61, 30.79, 0, map[string]float64{"dynamo_s": 6.61, "graph_compile_s": 24.18}},
 		{trace.StageKVAlloc, 10, 0, 0, map[string]float64{trace.AttrTokens: 567984}},
-		{trace.StageGraphCapture, 21, 21, 0, map[string]float64{trace.AttrBytes: 0.45 * giB}},
+		{trace.StageGraphCapture, 21, 21, 0, map[string]float64{trace.AttrBytes: 0.45 * giB, "init_engine_s": 62.02}},
 		{trace.StageHTTPReady, 0, 0, 0, nil},
 	}},
 	// 0.9.0.1 pasted from mid-startup; warm compile cache ("Directly load
@@ -77,7 +77,7 @@ var fixtureWants = map[string]fixtureWant{
 		{trace.StageDecoderTensorUpload, 7.43, 7.43, 0, map[string]float64{"model_load_s": 7.634292, trace.AttrBytes: 12.5524 * giB}},
 		{trace.StageCompile, 16, 8.25, 0, map[string]float64{"cache_load_s": 7.02}},
 		{trace.StageKVAlloc, 2, 17.52, 0, map[string]float64{trace.AttrTokens: 46640, trace.AttrBytes: 22.78 * giB}},
-		{trace.StageGraphCapture, 1, 0.81, 0, nil},
+		{trace.StageGraphCapture, 0.81, 0.81, 0, nil},
 	}},
 	// TP8 with interleaved worker lines: 8 "Loading weights took", 8
 	// "Model loading took" (download 272 s), compile from 6 tagged workers
@@ -97,7 +97,7 @@ var fixtureWants = map[string]fixtureWant{
 	// first timestamp); flashinfer autotune 02:11:47,969 → 02:11:48,263.
 	"vllm/v0.2x-dev-2026-05-v1engine-glm5.1-fp8-tp8-h200-runai-streamer-eager.log": {KindVLLM, 9, []want{
 		{trace.StageModelLoad, 33.645, 33.644844, 0, map[string]float64{trace.AttrBytes: 89.34 * giB}},
-		{trace.StageKVAlloc, 3, 0, 0, map[string]float64{trace.AttrTokens: 344192, trace.AttrBytes: 32.11 * giB}},
+		{trace.StageKVAlloc, 3, 0, 0, map[string]float64{trace.AttrTokens: 344192, trace.AttrBytes: 32.11 * giB, "init_engine_s": 4.19}},
 		{trace.StageKernelLoad, 0.294, 0, 0, nil},
 		{trace.StageHTTPReady, 0, 0, 0, nil},
 	}},
@@ -134,7 +134,7 @@ var fixtureWants = map[string]fixtureWant{
 		{trace.StageDecoderTensorUpload, 2.54, 2.54, 0, map[string]float64{"model_load_s": 2.632754}},
 		{trace.StageCompile, 5.473, 3.05, 0, map[string]float64{"dynamo_s": 3.05}},
 		{trace.StageKVAlloc, 4.561, 0, 0, map[string]float64{trace.AttrTokens: 140928}},
-		{trace.StageGraphCapture, 15.408, 15, 0, nil},
+		{trace.StageGraphCapture, 15, 15, 0, nil}, // "finished in 15 secs" wins over the ms stamps' 15.408
 	}},
 	"vllm/series-upb-h100nvl-opt6.7b/v0.11.0-v1-debug.log": {KindVLLM, -1, []want{
 		{trace.StageRuntimeInit, 1.96, 0, 0, nil},
@@ -150,13 +150,13 @@ var fixtureWants = map[string]fixtureWant{
 		{trace.StageCUDAInit, 1, 0, 0, nil},
 		{trace.StageDecoderTensorUpload, 5, 0, 0, map[string]float64{trace.AttrBytes: (78.81 - 63.72) * giB}},
 		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBytes: 54.26 * giB, trace.AttrTokens: 444500}},
-		{trace.StageGraphCapture, 7, 6.57, 0, nil},
+		{trace.StageGraphCapture, 6.57, 6.57, 0, nil}, // "Time elapsed: 6.57 s" wins over 1-s stamps (7)
 		{trace.StageHTTPReady, 0, 0, 0, nil},
 		{trace.StageWarmup, 6, 0, 0, nil},
 	}},
 	"sglang/v0.5.x-2026-05-docs-ci-llama3.1-8b-lora-nocudagraph.log": {KindSGLang, 31, []want{
 		{trace.StageRuntimeInit, 11, 0, 0, nil},
-		{trace.StageCUDAInit, 1, 0.53, 0, nil},
+		{trace.StageCUDAInit, 0.53, 0.53, 0, nil}, // "elapsed=0.53 s", not the 1 s of the stamps
 		{trace.StageDecoderTensorUpload, 3.48, 3.48, 0, map[string]float64{trace.AttrBytes: 15.76 * giB}},
 		{trace.StageKVAlloc, 4, 0, 0, map[string]float64{trace.AttrTokens: 20480, trace.AttrBytes: 2.5 * giB}},
 		{trace.StageHTTPReady, 0, 0, 0, nil},
@@ -168,8 +168,8 @@ var fixtureWants = map[string]fixtureWant{
 		{trace.StageRuntimeInit, 13, 0, 0, nil},
 		{trace.StageCUDAInit, 0.05, 0.05, 0, nil},
 		{trace.StageDecoderTensorUpload, 12.02, 12.02, 0, map[string]float64{trace.AttrBytes: 29.15 * giB}},
-		{trace.StageKVAlloc, 1, 0.02, 0, map[string]float64{trace.AttrTokens: 392920}},
-		{trace.StageGraphCapture, 35, 35.22, 0, map[string]float64{"target_prefill_s": 22.96, "target_decode_s": 12.26}},
+		{trace.StageKVAlloc, 0.02, 0.02, 0, map[string]float64{trace.AttrTokens: 392920}},                                   // kv_cache_allocation=0.02
+		{trace.StageGraphCapture, 35.22, 35.22, 0, map[string]float64{"target_prefill_s": 22.96, "target_decode_s": 12.26}}, // 22.96 + 12.26
 		{trace.StageHTTPReady, 0, 0, 0, nil},
 		{trace.StageWarmup, 2, 0, 0, nil},
 	}},
@@ -192,7 +192,7 @@ var fixtureWants = map[string]fixtureWant{
 	// TP2: both shards' "Shard ready in 48.3…s" collapse (Workers 2).
 	"tgi/v3.3.x-gemma3-27b-tp2-rtxa6000.log": {KindTGI, 72.780358, []want{
 		{trace.StageRuntimeInit, 1.82, 0, 0, nil},
-		{trace.StageModelLoad, 48.404, 48.385111561, 2, map[string]float64{"reported_min_s": 48.277857716}},
+		{trace.StageModelLoad, 48.385, 48.385111561, 2, map[string]float64{"reported_min_s": 48.277857716}}, // each shard its own stated time; the union
 		{trace.StageWarmup, 7.864, 0, 0, nil},
 		{trace.StageKVAlloc, 0.113, 0, 0, map[string]float64{trace.AttrBlocks: 52719, trace.AttrTokens: 52125}},
 		{trace.StageGraphCapture, 2.992, 0, 0, nil},

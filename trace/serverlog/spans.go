@@ -12,6 +12,11 @@ import (
 // the changed spans to live consumers. The per-server rules are in
 // vllm.go, sglang.go, tgi.go, llamacpp.go and ollama.go.
 
+// AttrStated marks a span whose reported_s is its own duration as the
+// server measured it: the span is that long (per worker), placed by the
+// line timestamps.
+const AttrStated = "stated"
+
 // op is what a recognised line does to its stage.
 type op uint8
 
@@ -33,6 +38,10 @@ type hit struct {
 	hasStart    bool
 	reported    float64 // the server's own figure, seconds
 	hasReported bool
+	// stated: reported is the stage's own duration as the server measured
+	// it (not a total that covers other stages), so it wins over the
+	// line timestamps, which often have one-second resolution.
+	stated      bool
 	sumReported bool          // add to the member's figure (sub-steps of one stage)
 	keepEnd     bool          // close: keep an end set by a terminal extension
 	end         time.Duration // close: the stage ended here, not at the line
@@ -53,6 +62,20 @@ type member struct {
 	main        bool // created by a line of the main process, not a worker
 	reported    float64
 	hasReported bool
+	stated      bool // reported is this worker's own duration of the stage
+}
+
+// stop is where the member's part of the stage ends: start + the stated
+// duration once it has ended with one, else its last line. Timestamps only
+// place a stated span (at its first line, or at its end line minus the
+// figure when the figure's line is its first); its length is the server's.
+func (m *member) stop() time.Duration {
+	if m.stated && m.hasReported && !m.open {
+		if d := seconds(m.reported); d > 0 {
+			return m.start + d
+		}
+	}
+	return m.end
 }
 
 // group is one stage span being built from one or more workers' lines.
@@ -88,8 +111,8 @@ func (g *group) bounds() (start, end time.Duration) {
 		if first || m.start < start {
 			start = m.start
 		}
-		if first || m.end > end {
-			end = m.end
+		if e := m.stop(); first || e > end {
+			end = e
 		}
 		first = false
 	}
@@ -109,7 +132,9 @@ func (g *group) span() trace.Span {
 	var repMax, repMin float64
 	nrep := 0
 	untagged := false
+	stated := false
 	for _, w := range g.order {
+		stated = stated || g.members[w].stated
 		if w != "" {
 			tagged++
 		} else if !g.members[w].main {
@@ -149,6 +174,11 @@ func (g *group) span() trace.Span {
 	}
 	if g.unfinished {
 		attrs["unfinished"] = true
+	}
+	if stated {
+		// reported_s is the stage's own length (per worker), which the
+		// span's length follows, not a total covering other stages.
+		attrs[AttrStated] = true
 	}
 	if len(attrs) > 0 {
 		sp.Attrs = attrs
@@ -245,7 +275,7 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 		if h.hasReported {
 			for _, w := range g.order {
 				if m := g.members[w]; !m.hasReported {
-					m.reported, m.hasReported = h.reported, true
+					m.reported, m.hasReported, m.stated = h.reported, true, h.stated
 				}
 			}
 		}
@@ -316,6 +346,7 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 			m.reported = h.reported
 		}
 		m.hasReported = true
+		m.stated = m.stated || h.stated
 	}
 	mergeAttrs(g.attrs, h.set, h.add)
 	maxAttrs(g.attrs, h.max)

@@ -26,9 +26,10 @@ func (p *Parser) setWorkers(n int) {
 	}
 }
 
-// took is a span known only by its end (this line) and its length.
+// took is a span known only by its end (this line) and its length, which
+// the server states.
 func took(stage trace.Stage, at time.Duration, secs float64) hit {
-	return hit{stage: stage, op: opClose, start: at - seconds(secs), hasStart: true, reported: secs, hasReported: true}
+	return hit{stage: stage, op: opClose, start: at - seconds(secs), hasStart: true, reported: secs, hasReported: true, stated: true}
 }
 
 // seconds converts a server's figure to a duration, bounded so that

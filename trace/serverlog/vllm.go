@@ -30,6 +30,7 @@ var (
 	reVGraphDone     = regexp.MustCompile(`Graph capturing finished in ([0-9.]+) secs?(?:, took ([0-9.]+) GiB)?`)
 	reVWarmupRun     = regexp.MustCompile(`Initial profiling/warmup run took ([0-9.]+) s`)
 	reVTokenizer     = regexp.MustCompile(`Init Tokenizer took ([0-9.]+) seconds`)
+	reVInitEngine    = regexp.MustCompile(`init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s(?:econds)?(?: \(compilation: ([0-9.]+) s)?`)
 )
 
 // vllmState is what the vLLM rules remember between lines.
@@ -157,7 +158,9 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 	case strings.Contains(msg, "torch.compile take") || strings.Contains(msg, "torch.compile took"):
 		if m := reVCompileTotal.FindStringSubmatch(msg); m != nil {
 			h := took(trace.StageCompile, at, atof(m[1]))
-			h.keepEnd = true
+			// "in total" covers Dynamo and the graph compiles or cache
+			// loads, not the whole compile stage: a figure, not its length.
+			h.keepEnd, h.stated = true, false
 			p.add(h)
 		}
 	case strings.Contains(msg, "Memory profiling takes"):
@@ -220,6 +223,22 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 		p.add(hit{stage: trace.StageKernelLoad, op: opOpen, set: trace.Attrs{"what": "autotune"}})
 	case strings.Contains(msg, "Autotuning process ends"):
 		p.add(hit{stage: trace.StageKernelLoad, op: opClose})
+	case strings.Contains(msg, "init engine (profile"):
+		// The engine core's total for profiling (which runs
+		// torch.compile), KV allocation and graph capture: a figure over
+		// several stages, kept on the last of them. Nothing after it up to
+		// the API server is a stage, so that gap stays unattributed.
+		if m := reVInitEngine.FindStringSubmatch(msg); m != nil {
+			set := trace.Attrs{"init_engine_s": atof(m[1])}
+			if m[2] != "" {
+				set["compilation_s"] = atof(m[2])
+			}
+			st := trace.StageKVAlloc
+			if g := p.latest(trace.StageGraphCapture); g != nil {
+				st = trace.StageGraphCapture
+			}
+			p.add(hit{stage: st, op: opAnnotate, set: set})
+		}
 	case strings.Contains(msg, "Init Tokenizer took"):
 		if m := reVTokenizer.FindStringSubmatch(msg); m != nil {
 			p.add(took(trace.StageTokenizerLoad, at, atof(m[1])))
