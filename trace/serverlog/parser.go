@@ -74,6 +74,7 @@ type Parser struct {
 
 	v vllmState
 	l llamaState
+	o ollamaState
 }
 
 type pendingLine struct {

@@ -125,6 +125,20 @@ func (g *group) bounds() (start, end time.Duration) {
 	return start, end
 }
 
+// earliest is the earliest member start, whatever a live consumer was
+// already given: rules that compare against it then read the same in live
+// and deferred parsing.
+func (g *group) earliest() (time.Duration, bool) {
+	var s time.Duration
+	found := false
+	for _, m := range g.members {
+		if !found || m.start < s {
+			s, found = m.start, true
+		}
+	}
+	return s, found
+}
+
 func (g *group) span() trace.Span {
 	start, end := g.bounds()
 	sp := trace.Span{Name: g.stage, Start: start, End: end, Open: !g.closedAny, Source: g.source}

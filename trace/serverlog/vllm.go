@@ -158,9 +158,18 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 	case strings.Contains(msg, "torch.compile take") || strings.Contains(msg, "torch.compile took"):
 		if m := reVCompileTotal.FindStringSubmatch(msg); m != nil {
 			h := took(trace.StageCompile, at, atof(m[1]))
-			// "in total" covers Dynamo and the graph compiles or cache
-			// loads, not the whole compile stage: a figure, not its length.
+			// Up to 0.11 "in total" counts Dynamo and the graph compiles
+			// but not cache loads or what follows them: a figure, not the
+			// stage's length, and the stage keeps the end its last compile
+			// line set. When the figure reaches back to the stage's start
+			// (2026 builds also count saving the AOT artefact), it is the
+			// stage's length and ends it here.
 			h.keepEnd, h.stated = true, false
+			if g := p.latest(trace.StageCompile); g != nil {
+				if s, ok := g.earliest(); ok && h.start <= s+time.Second {
+					h.keepEnd, h.stated = false, true
+				}
+			}
 			p.add(h)
 		}
 	case strings.Contains(msg, "Memory profiling takes"):
