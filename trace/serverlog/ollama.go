@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -93,8 +94,8 @@ func (p *Parser) ollamaPlan(l, msg string) {
 		p.o.plan["layers_offloaded"], p.o.plan["layers_total"] = atof(m[1]), atof(m[2])
 	} else if m := reOSize.FindStringSubmatch(l); m != nil {
 		b, ok := parseSize(m[1])
-		if !ok {
-			return
+		if !ok || math.IsInf(b, 0) {
+			return // a size no JSON session could hold
 		}
 		host := false
 		if d := reODevice.FindStringSubmatch(l); d != nil && strings.HasPrefix(d[1], "CPU") {
