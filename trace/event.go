@@ -162,6 +162,31 @@ const (
 	MetricSysCachedBytes = "sys_cached_bytes"
 )
 
+// The server's own view, scraped from its Prometheus /metrics page (source
+// SourceServer). Latencies are over the sampling interval: the mean from the
+// histogram's sum and count deltas, quantiles from its bucket deltas; a
+// metric the server does not export, or an interval without observations,
+// is absent from the sample rather than zero.
+const (
+	SourceServer = "server" // the target's /metrics page
+
+	MetricServerTTFTMean      = "server_ttft_mean_s"       // arrival → first token, mean over the interval
+	MetricServerTTFTP50       = "server_ttft_p50_s"        // from bucket deltas
+	MetricServerTTFTP99       = "server_ttft_p99_s"        // from bucket deltas
+	MetricServerTTFTCount     = "server_ttft_count"        // first tokens observed in the interval
+	MetricServerITLMean       = "server_itl_mean_s"        // inter-token latency (TPOT where that is all the server has)
+	MetricServerITLP50        = "server_itl_p50_s"         // from bucket deltas
+	MetricServerITLP99        = "server_itl_p99_s"         // from bucket deltas
+	MetricServerQueueMean     = "server_queue_mean_s"      // time waiting for admission, mean over the interval
+	MetricServerRunning       = "server_running_reqs"      // requests in the running batch
+	MetricServerWaiting       = "server_waiting_reqs"      // requests queued
+	MetricServerKVUsage       = "server_kv_usage_ratio"    // KV cache in use, 0–1
+	MetricServerPrefixHits    = "server_prefix_hit_tokens" // prefix-cache hit tokens in the interval
+	MetricServerPrefixQueries = "server_prefix_query_tokens"
+	MetricServerPrefixHitRate = "server_prefix_hit_ratio" // hits/queries over the interval, or the server's own rate, 0–1
+	MetricServerStartup       = "server_startup_s"        // the server's own startup time (vLLM)
+)
+
 // GPUSource is the sample source name for GPU device i.
 func GPUSource(i int) string { return fmt.Sprintf("gpu%d", i) }
 

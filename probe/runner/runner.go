@@ -132,6 +132,11 @@ type Config struct {
 	// Save makes the session durable now (the recorder's Sync) and
 	// returns its path.
 	Save func() (string, error)
+	// ServerMetrics scrapes the target's own Prometheus page (/metrics)
+	// once it is healthy, when it has one (see probe/scrape).
+	ServerMetrics bool
+	// ServerMetricsInterval is the scrape interval (0: scrape.DefaultInterval).
+	ServerMetricsInterval time.Duration
 }
 
 // Runner runs one traced session of one target. Create it with New, call Run
@@ -150,6 +155,8 @@ type Runner struct {
 	quitReq bool
 	lastErr error
 	extra   map[int]int // warm probes sent by WarmProbe, per run
+
+	scrape scraper // the current target's /metrics scraper
 }
 
 type command int
@@ -255,6 +262,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.stopTarget()
 		cancel()
 		wg.Wait()
+		r.scrape.wait()
 	}()
 
 	err := r.coldRun(ctx, 0, r.cfg.EvictPageCache)
@@ -286,6 +294,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // stopTarget stops the current target, if any, and waits for it.
 func (r *Runner) stopTarget() {
+	r.scrape.stop()
 	if t := r.current(); t != nil {
 		t.Stop(r.cfg.Grace)
 	}
@@ -342,6 +351,9 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 			return fmt.Errorf("target not healthy after %v at %s (raise --timeout, or check --url): %w", r.cfg.HealthTimeout, t.BaseURL(), err)
 		}
 		return err
+	}
+	if r.cfg.ServerMetrics {
+		r.startScraper(ctx, run, t)
 	}
 	return r.sequence(ctx, t, run)
 }

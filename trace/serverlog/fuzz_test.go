@@ -49,6 +49,13 @@ func FuzzFeed(f *testing.F) {
 		"time=",
 		`[GIN] | | -1s | | "/api/chat"`,
 		"0.00.000.000 I ",
+		`time=2025-07-18T14:51:00.217Z level=INFO source=ggml.go:365 msg="model weights" buffer=CUDA1 size="11.9 GiB"`,
+		`time=2025-08-24T08:26:00.310Z level=INFO source=backend.go:321 msg="kv cache" device=CUDA0 size="936.0 MiB"`,
+		`time=2025-07-18T14:51:00.217Z level=INFO source=ggml.go:362 msg="offloaded 41/41 layers to GPU"`,
+		`msg="compute graph" size="1e400 GiB"`,
+		"(EngineCore pid=1) INFO 05-19 02:11:48 [core.py:307] init engine (profile, create kv cache, warmup model) took 4.19 s (compilation: 1.5 s)",
+		"(Worker_TP0 pid=118) INFO 05-04 01:04:19 [monitor.py:53] torch.compile took 82.29 s in total",
+		"[2025-11-10 19:59:09 TP1] Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. avail mem=11.22 GB.",
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), int64(i)*int64(time.Second), s, "INFO 05-09 22:56:48 [x.py:1] Starting vLLM API server on http://0.0.0.0:8000")

@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -12,7 +13,17 @@ import (
 var (
 	reORunnerStarted = regexp.MustCompile(`(?:llama runner|llama-server|runner) started in ([0-9.]+) seconds`)
 	reOGinPath       = regexp.MustCompile(`"(/[^"]*)"`)
+	reOOffloaded     = regexp.MustCompile(`^offloaded (\d+)/(\d+) layers to GPU`)
+	reOSize          = regexp.MustCompile(`\bsize="?([0-9.]+ ?[KMGT]i?B)"?`)
+	reODevice        = regexp.MustCompile(`\b(?:device|buffer)=(\S+)`)
 )
+
+// ollamaState is what the Ollama rules remember between lines: the
+// memory plan its own engine (ollama runner --ollama-engine, 2025–) logs
+// before loading, kept for the model_load span that "started in" closes.
+type ollamaState struct {
+	plan trace.Attrs
+}
 
 // firstRequestPaths are the endpoints whose first call makes Ollama load
 // the model.
@@ -45,7 +56,11 @@ func (p *Parser) ollama(at time.Duration, line string) {
 			for _, s := range []trace.Stage{trace.StageCUDAInit, trace.StageTensorIndexBuild, trace.StageDecoderTensorUpload, trace.StageKVAlloc, trace.StageWarmup} {
 				p.closeOpenStage(s)
 			}
-			p.add(took(trace.StageModelLoad, at, atof(m[1])))
+			h := took(trace.StageModelLoad, at, atof(m[1]))
+			h.set, p.o.plan = p.o.plan, nil
+			p.add(h)
+		case msg == "model weights" || msg == "kv cache" || msg == "compute graph" || strings.HasPrefix(msg, "offloaded "):
+			p.ollamaPlan(l, msg)
 		case strings.HasPrefix(msg, "starting llama server") || strings.HasPrefix(msg, "starting runner") || strings.HasPrefix(msg, "starting llama-server") ||
 			strings.HasPrefix(msg, "loading model") || strings.HasPrefix(msg, "loading first model") || strings.HasPrefix(msg, "waiting for llama runner") ||
 			strings.HasPrefix(msg, "model load"):
@@ -58,6 +73,46 @@ func (p *Parser) ollama(at time.Duration, line string) {
 		return
 	}
 	p.llamacpp(at, l, true)
+}
+
+// ollamaPlan keeps the memory plan Ollama's own engine logs before it
+// loads (2025–): "offloaded 41/41 layers to GPU", then per device
+// msg="model weights" buffer=CUDA0 size="11.9 GiB", msg="kv cache",
+// msg="compute graph". The runner's llama.cpp lines carry the same figures
+// for the llama.cpp engine; this engine prints no timed steps, so the
+// figures go onto model_load (bytes on GPUs, host_bytes on the CPU,
+// kv_bytes, compute_bytes, layers_offloaded/layers_total).
+func (p *Parser) ollamaPlan(l, msg string) {
+	if p.o.plan == nil {
+		p.o.plan = trace.Attrs{}
+	}
+	add := func(k string, v float64) {
+		old, _ := p.o.plan.Float(k)
+		p.o.plan[k] = old + v
+	}
+	if m := reOOffloaded.FindStringSubmatch(msg); m != nil {
+		p.o.plan["layers_offloaded"], p.o.plan["layers_total"] = atof(m[1]), atof(m[2])
+	} else if m := reOSize.FindStringSubmatch(l); m != nil {
+		b, ok := parseSize(m[1])
+		if !ok || math.IsInf(b, 0) {
+			return // a size no JSON session could hold
+		}
+		host := false
+		if d := reODevice.FindStringSubmatch(l); d != nil && strings.HasPrefix(d[1], "CPU") {
+			host = true
+		}
+		switch {
+		case msg == "model weights" && host:
+			add("host_bytes", b)
+		case msg == "model weights":
+			add(trace.AttrBytes, b)
+		case msg == "kv cache":
+			add("kv_bytes", b)
+		case msg == "compute graph":
+			add("compute_bytes", b)
+		}
+	}
+	p.add(hit{stage: trace.StageModelLoad, op: opMark})
 }
 
 // gin reads "[GIN] 2026/05/05 - 01:30:24 | 200 |  4.006473015s |  127.0.0.1 | POST  "/api/generate"".

@@ -63,7 +63,7 @@ func (p *Parser) sglang(at time.Duration, line string) string {
 	case strings.Contains(msg, "Init torch distributed ends"):
 		h := hit{stage: trace.StageCUDAInit, op: opClose}
 		if m := reSElapsed.FindStringSubmatch(msg); m != nil {
-			h.reported, h.hasReported = atof(m[1]), true
+			h.reported, h.hasReported, h.stated = atof(m[1]), true, true
 			h.start, h.hasStart = at-seconds(h.reported), true
 		}
 		p.add(h)
@@ -80,7 +80,7 @@ func (p *Parser) sglang(at time.Duration, line string) string {
 	case strings.Contains(msg, "Load weight end"):
 		h := hit{stage: trace.StageDecoderTensorUpload, op: opClose, set: trace.Attrs{}}
 		if m := reSElapsed.FindStringSubmatch(msg); m != nil {
-			h.reported, h.hasReported = atof(m[1]), true
+			h.reported, h.hasReported, h.stated = atof(m[1]), true, true
 			h.start, h.hasStart = at-seconds(h.reported), true
 		}
 		if m := reSMemUsage.FindStringSubmatch(msg); m != nil {
@@ -121,7 +121,7 @@ func (p *Parser) sglang(at time.Duration, line string) string {
 	case strings.Contains(msg, "Capture cuda graph end"):
 		h := hit{stage: trace.StageGraphCapture, op: opClose}
 		if m := reSCaptureOld.FindStringSubmatch(msg); m != nil {
-			h.reported, h.hasReported = atof(m[1]), true
+			h.reported, h.hasReported, h.stated = atof(m[1]), true, true
 			h.start, h.hasStart = at-seconds(h.reported), true
 		}
 		p.add(h)
@@ -137,7 +137,7 @@ func (p *Parser) sglang(at time.Duration, line string) string {
 		h := hit{stage: trace.StageGraphCapture, op: opClose, sumReported: true}
 		if e := reSElapsed.FindStringSubmatch(msg); e != nil {
 			s := atof(e[1])
-			h.reported, h.hasReported = s, true
+			h.reported, h.hasReported, h.stated = s, true, true
 			h.start, h.hasStart = at-seconds(s), true
 			h.set = trace.Attrs{m[1] + "_" + m[2] + "_s": s}
 		}
@@ -146,9 +146,9 @@ func (p *Parser) sglang(at time.Duration, line string) string {
 		for _, m := range reSStartupTiming.FindAllStringSubmatch(msg, -1) {
 			switch m[1] {
 			case "kv_cache_allocation":
-				p.add(hit{stage: trace.StageKVAlloc, op: opAnnotate, reported: atof(m[2]), hasReported: true})
+				p.add(hit{stage: trace.StageKVAlloc, op: opAnnotate, reported: atof(m[2]), hasReported: true, stated: true})
 			case "load_weight":
-				p.add(hit{stage: trace.StageDecoderTensorUpload, op: opAnnotate, reported: atof(m[2]), hasReported: true})
+				p.add(hit{stage: trace.StageDecoderTensorUpload, op: opAnnotate, reported: atof(m[2]), hasReported: true, stated: true})
 			}
 		}
 	case strings.HasPrefix(msg, "Started server process"):

@@ -74,7 +74,7 @@ func (p *Parser) tgi(at time.Duration, line string) string {
 		}
 		h := hit{stage: trace.StageModelLoad, op: opClose}
 		if d, err := time.ParseDuration(m[2]); err == nil && d >= 0 {
-			h.reported, h.hasReported = d.Seconds(), true
+			h.reported, h.hasReported, h.stated = d.Seconds(), true, true
 			h.start, h.hasStart = at-d, true
 		}
 		p.add(h)

@@ -2,7 +2,6 @@ package serverlog
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,14 +30,8 @@ var (
 	reVGraphDone     = regexp.MustCompile(`Graph capturing finished in ([0-9.]+) secs?(?:, took ([0-9.]+) GiB)?`)
 	reVWarmupRun     = regexp.MustCompile(`Initial profiling/warmup run took ([0-9.]+) s`)
 	reVTokenizer     = regexp.MustCompile(`Init Tokenizer took ([0-9.]+) seconds`)
+	reVInitEngine    = regexp.MustCompile(`init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s(?:econds)?(?: \(compilation: ([0-9.]+) s)?`)
 )
-
-// gib is 2^30 bytes. vLLM ≤ 0.8 printed "GB" for figures it computed in
-// GiB (consumed_memory / 2**30), and SGLang does the same, so both units
-// convert with 2^30.
-const gib = float64(1 << 30)
-
-const mib = float64(1 << 20)
 
 // vllmState is what the vLLM rules remember between lines.
 type vllmState struct {
@@ -165,7 +158,18 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 	case strings.Contains(msg, "torch.compile take") || strings.Contains(msg, "torch.compile took"):
 		if m := reVCompileTotal.FindStringSubmatch(msg); m != nil {
 			h := took(trace.StageCompile, at, atof(m[1]))
-			h.keepEnd = true
+			// Up to 0.11 "in total" counts Dynamo and the graph compiles
+			// but not cache loads or what follows them: a figure, not the
+			// stage's length, and the stage keeps the end its last compile
+			// line set. When the figure reaches back to the stage's start
+			// (2026 builds also count saving the AOT artefact), it is the
+			// stage's length and ends it here.
+			h.keepEnd, h.stated = true, false
+			if g := p.latest(trace.StageCompile); g != nil {
+				if s, ok := g.earliest(); ok && h.start <= s+time.Second {
+					h.keepEnd, h.stated = false, true
+				}
+			}
 			p.add(h)
 		}
 	case strings.Contains(msg, "Memory profiling takes"):
@@ -228,6 +232,22 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 		p.add(hit{stage: trace.StageKernelLoad, op: opOpen, set: trace.Attrs{"what": "autotune"}})
 	case strings.Contains(msg, "Autotuning process ends"):
 		p.add(hit{stage: trace.StageKernelLoad, op: opClose})
+	case strings.Contains(msg, "init engine (profile"):
+		// The engine core's total for profiling (which runs
+		// torch.compile), KV allocation and graph capture: a figure over
+		// several stages, kept on the last of them. Nothing after it up to
+		// the API server is a stage, so that gap stays unattributed.
+		if m := reVInitEngine.FindStringSubmatch(msg); m != nil {
+			set := trace.Attrs{"init_engine_s": atof(m[1])}
+			if m[2] != "" {
+				set["compilation_s"] = atof(m[2])
+			}
+			st := trace.StageKVAlloc
+			if g := p.latest(trace.StageGraphCapture); g != nil {
+				st = trace.StageGraphCapture
+			}
+			p.add(hit{stage: st, op: opAnnotate, set: set})
+		}
 	case strings.Contains(msg, "Init Tokenizer took"):
 		if m := reVTokenizer.FindStringSubmatch(msg); m != nil {
 			p.add(took(trace.StageTokenizerLoad, at, atof(m[1])))
@@ -272,79 +292,4 @@ func (p *Parser) kvHit(at time.Duration, o op, attrs trace.Attrs) hit {
 		start = e
 	}
 	return hit{stage: trace.StageKVAlloc, op: o, start: start, hasStart: true, set: attrs}
-}
-
-func (p *Parser) add(h hit) { p.hits = append(p.hits, h) }
-
-func (p *Parser) setWorkers(n int) {
-	if n > p.workersKnown && n < 1<<16 {
-		p.workersKnown = n
-	}
-}
-
-// took is a span known only by its end (this line) and its length.
-func took(stage trace.Stage, at time.Duration, secs float64) hit {
-	return hit{stage: stage, op: opClose, start: at - seconds(secs), hasStart: true, reported: secs, hasReported: true}
-}
-
-// seconds converts a server's figure to a duration, bounded so that
-// garbage cannot overflow.
-func seconds(s float64) time.Duration {
-	if !(s > 0) {
-		return 0
-	}
-	if s > 1e7 {
-		s = 1e7
-	}
-	return time.Duration(s * float64(time.Second))
-}
-
-func atof(s string) float64 {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return 0
-	}
-	return f
-}
-
-func atoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// parseSize reads "15.0 GiB", "800MB", "1.2 KiB".
-func parseSize(s string) (float64, bool) {
-	s = strings.TrimSpace(s)
-	i := 0
-	for i < len(s) && (s[i] == '.' || (s[i] >= '0' && s[i] <= '9')) {
-		i++
-	}
-	v, err := strconv.ParseFloat(s[:i], 64)
-	if err != nil {
-		return 0, false
-	}
-	switch strings.TrimSpace(s[i:]) {
-	case "B":
-		return v, true
-	case "KB":
-		return v * 1e3, true
-	case "MB":
-		return v * 1e6, true
-	case "GB":
-		return v * 1e9, true
-	case "TB":
-		return v * 1e12, true
-	case "KiB":
-		return v * 1024, true
-	case "MiB":
-		return v * mib, true
-	case "GiB":
-		return v * gib, true
-	case "TiB":
-		return v * gib * 1024, true
-	}
-	return 0, false
 }
