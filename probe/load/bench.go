@@ -130,6 +130,10 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 		for k := 1; k <= p.RepeatRuns; k++ {
 			res := b.RunOnce(ctx, spec, items, p, k, false)
 			wr.Runs = append(wr.Runs, Measure(k, res.Requests, res.End-res.Start, p.SLO, est))
+			if cold := coldRequests(spec.Name, k, res.Requests); len(cold) > 0 {
+				rep.ColdContaminated = true
+				rep.ColdRequests = append(rep.ColdRequests, cold...)
+			}
 			if ctx.Err() != nil {
 				rep.Workloads = append(rep.Workloads, wr.finish())
 				return rep, ctx.Err()
