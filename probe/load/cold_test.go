@@ -22,21 +22,32 @@ type coldServer struct {
 	calls              atomic.Int64
 	slow               int64
 	fastTTFT, slowTTFT time.Duration
+	// started, when set, is served on /metrics as the process start time.
+	started time.Time
 }
 
-func newColdServer(t *testing.T, slow int64) *coldServer {
+func newColdServer(t *testing.T, slow int64, started time.Time) *coldServer {
 	// The slow requests are 20× the fast ones, so the verdict does not hang
 	// on this host's speed: the rule's threshold is 4× the warm median, and
 	// the fast TTFT (100 ms) is long enough that the client's own first
 	// request overhead (a fresh connection, first use of the code under
 	// -race on a loaded 2-core host: up to ~0.2 s seen) stays below it.
-	s := &coldServer{slow: slow, fastTTFT: 100 * time.Millisecond, slowTTFT: 2 * time.Second}
+	s := &coldServer{slow: slow, fastTTFT: 100 * time.Millisecond, slowTTFT: 2 * time.Second, started: started}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.Close)
 	return s
 }
 
 func (s *coldServer) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" {
+		if s.started.IsZero() {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+			float64(s.started.UnixNano())/1e9)
+		return
+	}
 	var body struct {
 		MaxTokens int `json:"max_tokens"`
 	}
@@ -108,13 +119,18 @@ func jsonCold(t *testing.T, rep Report) (flag bool, indices []int, hasList bool)
 
 func TestBenchFlagsColdFirstRequests(t *testing.T) {
 	t.Parallel()
-	rep := benchCold(t, newColdServer(t, 2), 0)
+	rep := benchCold(t, newColdServer(t, 2, time.Now().Add(-30*time.Second)), 0)
 	flag, idx, _ := jsonCold(t, rep)
 	if !flag || fmt.Sprint(idx) != "[0 1]" {
 		t.Fatalf("cold_contaminated %v, requests %v; want true, [0 1]", flag, idx)
 	}
+	// The server's uptime from its /metrics page: started 30 s before
+	// the bench (give or take the bench's own start).
+	if up := rep.ServerUptimeS; up == nil || *up < 29 || *up > 90 {
+		t.Errorf("server_uptime_s = %v, want ≈30", up)
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"**Cold contamination**", "| seq8 | 1 | 0 |", "| seq8 | 1 | 1 |", "`--warmup-runs 1`"} {
+	for _, want := range []string{"**Cold contamination**", "| seq8 | 1 | 0 |", "| seq8 | 1 | 1 |", "`--warmup-runs 1`", "had been up"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
@@ -123,12 +139,24 @@ func TestBenchFlagsColdFirstRequests(t *testing.T) {
 
 func TestBenchWarmServerNotFlagged(t *testing.T) {
 	t.Parallel()
-	rep := benchCold(t, newColdServer(t, 0), 0)
+	rep := benchCold(t, newColdServer(t, 0, time.Time{}), 0)
 	if flag, idx, list := jsonCold(t, rep); flag || len(idx) > 0 || list {
 		t.Fatalf("a warm server flagged: cold_contaminated %v, requests %v", flag, idx)
 	}
-	if md := rep.Markdown(); strings.Contains(md, "Cold contamination") {
+	if rep.ServerUptimeS != nil {
+		t.Errorf("uptime %v from a server without /metrics", *rep.ServerUptimeS)
+	}
+	if md := rep.Markdown(); strings.Contains(md, "Cold contamination") || strings.Contains(md, "had been up") {
 		t.Errorf("Markdown of a warm server mentions cold contamination:\n%s", md)
+	}
+	// A server that started moments ago: no flag (no request stood out),
+	// but the report says how fresh it was and suggests a warm-up run.
+	fresh := benchCold(t, newColdServer(t, 0, time.Now().Add(-5*time.Second)), 0)
+	if flag, _, _ := jsonCold(t, fresh); flag {
+		t.Error("a fresh but warm server flagged")
+	}
+	if md := fresh.Markdown(); !strings.Contains(md, "had been up only") || !strings.Contains(md, "`--warmup-runs 1`") {
+		t.Errorf("Markdown for a fresh server lacks the uptime note:\n%s", md)
 	}
 }
 
@@ -136,7 +164,7 @@ func TestBenchWarmServerNotFlagged(t *testing.T) {
 // with one warm-up run leaves the measured run clean.
 func TestBenchWarmupAbsorbsCold(t *testing.T) {
 	t.Parallel()
-	srv := newColdServer(t, 2)
+	srv := newColdServer(t, 2, time.Time{})
 	rep := benchCold(t, srv, 1)
 	if flag, idx, _ := jsonCold(t, rep); flag || len(idx) > 0 {
 		t.Fatalf("with a warm-up run: cold_contaminated %v, requests %v", flag, idx)
@@ -197,5 +225,52 @@ func TestColdLeadingRule(t *testing.T) {
 				t.Errorf("ColdLeading = %v, ok %v; want %s, ok %v", cold, ok, c.cold, c.ok)
 			}
 		})
+	}
+}
+
+// TestServerStart reads process_start_time_seconds from Prometheus pages
+// and treats anything else as unknown.
+func TestServerStart(t *testing.T) {
+	const vllmLike = `# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 12345.0
+# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.76401234567e+09
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+`
+	for _, c := range []struct {
+		name, page string
+		status     int
+		want       time.Time
+		ok         bool
+	}{
+		{"vllm-like", vllmLike, 200, time.Unix(1764012345, 670000000).UTC(), true},
+		{"untyped", "process_start_time_seconds 1764012345\n", 200, time.Unix(1764012345, 0).UTC(), true},
+		{"no gauge", "# TYPE treni_steps_total counter\ntreni_steps_total 3\n", 200, time.Time{}, false},
+		{"not a time", "process_start_time_seconds 12\n", 200, time.Time{}, false},
+		{"html", "<html><body>metrics</body></html>", 200, time.Time{}, false},
+		{"404", "not found", 404, time.Time{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/metrics" || r.Header.Get("Authorization") != "Bearer k" {
+					http.Error(w, "wrong request", 400)
+					return
+				}
+				w.WriteHeader(c.status)
+				fmt.Fprint(w, c.page)
+			}))
+			defer srv.Close()
+			got, ok := ServerStart(context.Background(), srv.URL+"/", http.Header{"Authorization": {"Bearer k"}})
+			if ok != c.ok || got.Sub(c.want).Abs() > time.Millisecond {
+				t.Errorf("ServerStart = %v, %v; want %v, %v", got, ok, c.want, c.ok)
+			}
+		})
+	}
+	if _, ok := ServerStart(context.Background(), "http://127.0.0.1:1", nil); ok {
+		t.Error("no server: a start time")
 	}
 }

@@ -41,7 +41,15 @@ type Report struct {
 	// engine inside the measured sample. ColdRequests lists them.
 	ColdContaminated bool          `json:"cold_contaminated"`
 	ColdRequests     []ColdRequest `json:"cold_requests,omitempty"`
+	// ServerUptimeS is how long the server's process had been running
+	// when the bench started, when its /metrics page says when it started
+	// (ServerStart); nil when unknown.
+	ServerUptimeS *float64 `json:"server_uptime_s,omitempty"`
 }
+
+// freshServerS is the uptime under which a server counts as just started:
+// the report then suggests a warm-up run even when no request stood out.
+const freshServerS = 120
 
 // WorkloadReport is one workload: its definition, each measured run, and
 // the summary across runs.
@@ -104,6 +112,8 @@ func (r Report) Markdown() string {
 	}
 	if r.ColdContaminated {
 		writeCold(&b, r)
+	} else if up := r.ServerUptimeS; up != nil && *up < freshServerS && r.WarmupRuns == 0 {
+		fmt.Fprintf(&b, "\nThe server had been up only %.0f s when the bench started and no warm-up run was given. No request stood out as cold, but if the server initialises anything on first use it is in the figures; `--warmup-runs 1` keeps it out.\n", *up)
 	}
 	if len(r.Workloads) == 0 {
 		b.WriteString("\nNo workload ran.\n")
@@ -250,6 +260,9 @@ func writeCold(b *strings.Builder, r Report) {
 	b.WriteString("| Workload | Run | Request | TTFT (ms) | Later requests' median (ms) | Threshold (ms) |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, c := range r.ColdRequests {
 		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %.1f | %.1f |\n", c.Workload, c.Repeat, c.Index, c.TTFTms, c.WarmMedianMs, c.ThresholdMs)
+	}
+	if up := r.ServerUptimeS; up != nil {
+		fmt.Fprintf(b, "\nThe server had been up %.0f s when the bench started (its /metrics `process_start_time_seconds`).\n", *up)
 	}
 	if r.WarmupRuns == 0 {
 		b.WriteString("\nRerun with `--warmup-runs 1` (or more) so a cold engine is warmed before measuring.\n")
