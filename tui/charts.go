@@ -331,16 +331,20 @@ func compactRows(t *theme, cs []chart, w, h int) []string {
 		} else {
 			b.WriteString(t.render(t.accent, padLeft(val, valW)))
 		}
-		if spark > 0 {
-			b.WriteString(" ")
-			if len(ch.data) == 0 {
-				b.WriteString(t.render(t.dim, fit(ch.empty, spark)))
-			} else {
-				b.WriteString(fit(sparkline(ch.data, spark), spark))
+		switch {
+		case len(ch.data) == 0 && spark > 0:
+			// Nothing to draw: the reason takes the sparkline's and the
+			// range's room.
+			room := spark
+			if rngW > 0 {
+				room += 1 + rngW
 			}
-		}
-		if rngW > 0 {
-			b.WriteString(" " + t.render(t.dim, padLeft(compactRange(ch), rngW)))
+			b.WriteString(" " + t.render(t.dim, fit(ch.empty, room)))
+		case spark > 0:
+			b.WriteString(" " + fit(sparkline(ch.data, spark), spark))
+			if rngW > 0 {
+				b.WriteString(" " + t.render(t.dim, padLeft(compactRange(ch), rngW)))
+			}
 		}
 		lines = append(lines, fit(b.String(), colW))
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	tea "github.com/charmbracelet/bubbletea"
+
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -250,6 +252,19 @@ func TestCompactRowsOverflow(t *testing.T) {
 	for _, l := range append(lines, wide...) {
 		if n := widthOf(l); n > 100 {
 			t.Errorf("row %d wide: %q", n, l)
+		}
+	}
+}
+
+// TestCompactRowsWithoutData: before any sample the compact rows say why
+// each series is empty, in full, at the grid's minimum size.
+func TestCompactRowsWithoutData(t *testing.T) {
+	m := NewModel(Options{Header: fixtureHeader(), NoColor: true})
+	mm, _ := m.Update(tea.WindowSizeMsg{Width: 120, Height: 36})
+	v := mm.(Model).View()
+	for _, want := range []string{"no GPU samples (no NVML here)", "no process samples", "no residency samples", "no requests yet"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("120×36 without data lacks %q:\n%s", want, v)
 		}
 	}
 }
