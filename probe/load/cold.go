@@ -50,6 +50,9 @@ type ColdRequest struct {
 //     request in the middle of a run is tail latency, which the
 //     percentiles report, not a cold start.
 //   - At least coldMinReference requests in the later half, or no verdict.
+//     A run in which every request waits on the cold engine (a burst sent
+//     at once) has no warm half to contrast with: the server's uptime
+//     (ServerStart) is the evidence left there.
 const (
 	coldSigmas       = 5
 	coldRatio        = 4
