@@ -313,9 +313,9 @@ func (p benchPane) view(c *programContext, _ *state, w, h int) []string {
 	lines = append(lines, t.render(t.dim, fmt.Sprintf("%-5s %8s %8s %8s %8s", "ms", "p50", "p90", "p99", "n")),
 		q("TTFT", s.TTFT), q("ITL", s.ITL))
 	if left := h - len(lines); left >= 4 {
-		ch := chart{title: "output tok/s", unit: "tok/s", data: hist, empty: "no tokens yet"}
+		ch := chart{label: "output", unit: "tok/s", data: hist, empty: "no tokens yet"}
 		if len(hist) > 0 {
-			ch.now = fmt.Sprintf("%.1f tok/s", tokS)
+			ch.now = fmt.Sprintf("%.1f", tokS)
 		}
 		lines = append(lines, renderChart(t, ch, w, left)...)
 	}

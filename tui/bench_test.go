@@ -118,7 +118,7 @@ func TestBenchFromEvents(t *testing.T) {
 		t.Error("no tok/s history")
 	}
 	grid := m.View()
-	for _, want := range []string{"1 Bench", "baseline · repeat 2/2", "6/10", "failed 1", "TTFT", "ITL", "output tok/s", "in flight 1"} {
+	for _, want := range []string{"1 Bench", "baseline · repeat 2/2", "6/10", "failed 1", "TTFT", "ITL", "output (tok/s)", "in flight 1"} {
 		if !strings.Contains(grid, want) {
 			t.Errorf("160×48 grid lacks %q:\n%s", want, grid)
 		}

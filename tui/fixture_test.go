@@ -23,6 +23,8 @@ func updating() bool {
 
 const fixturePath = "testdata/session.jsonl"
 
+const gib = 1 << 30
+
 // fixtureCreated is offset zero of the fixture, fixed so the file is
 // byte-stable across regenerations.
 var fixtureCreated = time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)

@@ -63,10 +63,8 @@ type state struct {
 	core   []trace.Event
 	last   time.Duration // the latest event offset
 
-	gpuMem, gpuTotal, pcieRX, rss, residentPct series
-	residentBytes, weightBytes                 float64
-	// Latest per-GPU readings, summed into one point per GPU sample.
-	gpuMemBy, gpuTotalBy, pcieBy map[string]float64
+	// samples is every sampled metric's history, for the Charts pane.
+	samples sampleStore
 
 	logs []logLine
 	// logVersion counts appended log lines, so the log pane rebuilds its
@@ -99,10 +97,7 @@ type state struct {
 }
 
 func newState() *state {
-	return &state{
-		gpuMemBy: map[string]float64{}, gpuTotalBy: map[string]float64{}, pcieBy: map[string]float64{},
-		inflight: map[string]inflightReq{},
-	}
+	return &state{inflight: map[string]inflightReq{}}
 }
 
 // apply appends events. It returns true when a replay reset asked to forget
@@ -169,39 +164,7 @@ func (s *state) applyOne(e trace.Event) {
 }
 
 func (s *state) applySample(at time.Duration, sm *trace.Sample) {
-	switch src := sm.Source; {
-	case src == trace.SourceProcess:
-		if v, ok := sm.Values[trace.MetricRSS]; ok {
-			s.rss.add(at, v)
-		}
-	case src == trace.SourcePageCache:
-		res, ok1 := sm.Values[trace.MetricResidentBytes]
-		tot, ok2 := sm.Values[trace.MetricWeightBytes]
-		if ok1 && ok2 && tot > 0 {
-			s.residentBytes, s.weightBytes = res, tot
-			s.residentPct.add(at, 100*res/tot)
-		}
-	case len(src) > 3 && src[:3] == "gpu":
-		if v, ok := sm.Values[trace.MetricGPUMemUsed]; ok {
-			s.gpuMemBy[src] = v
-			s.gpuMem.add(at, sum(s.gpuMemBy))
-		}
-		if v, ok := sm.Values[trace.MetricGPUMemTotal]; ok {
-			s.gpuTotalBy[src] = v
-		}
-		if v, ok := sm.Values[trace.MetricPCIeRX]; ok {
-			s.pcieBy[src] = v
-			s.pcieRX.add(at, sum(s.pcieBy))
-		}
-	}
-}
-
-func sum(m map[string]float64) float64 {
-	var t float64
-	for _, v := range m {
-		t += v
-	}
-	return t
+	s.samples.add(at, sm)
 }
 
 // analyze recomputes runs (and, at most once a second unless final, the

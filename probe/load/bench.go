@@ -103,6 +103,15 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 	if b.Client == nil {
 		return rep, errors.New("bench has no client")
 	}
+	// The server's uptime, when its /metrics page tells, is evidence for
+	// the cold-contamination verdict. Both clocks are assumed to agree; a
+	// start after ours (skew) is dropped.
+	cfg := b.Client.Config()
+	if st, ok := ServerStart(ctx, cfg.BaseURL, cfg.Header); ok {
+		if up := rep.Started.Sub(st).Seconds(); up >= 0 {
+			rep.ServerUptimeS = &up
+		}
+	}
 	corpus := b.Corpus
 	if corpus == nil {
 		var err error
@@ -130,6 +139,10 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 		for k := 1; k <= p.RepeatRuns; k++ {
 			res := b.RunOnce(ctx, spec, items, p, k, false)
 			wr.Runs = append(wr.Runs, Measure(k, res.Requests, res.End-res.Start, p.SLO, est))
+			if cold := coldRequests(spec.Name, k, res.Requests); len(cold) > 0 {
+				rep.ColdContaminated = true
+				rep.ColdRequests = append(rep.ColdRequests, cold...)
+			}
 			if ctx.Err() != nil {
 				rep.Workloads = append(rep.Workloads, wr.finish())
 				return rep, ctx.Err()

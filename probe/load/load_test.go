@@ -350,6 +350,10 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"fake-model","object":"model"}]}`)
 		return
 	}
+	if r.URL.Path == "/metrics" { // no metrics page: the bench's uptime probe
+		http.NotFound(w, r)
+		return
+	}
 	f.calls.Add(1)
 	n := f.inflight.Add(1)
 	defer f.inflight.Add(-1)

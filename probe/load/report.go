@@ -36,7 +36,20 @@ type Report struct {
 	Workloads []WorkloadReport `json:"workloads"`
 	// Interrupted is set when the bench was stopped before the end.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// ColdContaminated is set when a measured run began with requests whose
+	// TTFT is far outside the run's warm spread (ColdLeading): a cold
+	// engine inside the measured sample. ColdRequests lists them.
+	ColdContaminated bool          `json:"cold_contaminated"`
+	ColdRequests     []ColdRequest `json:"cold_requests,omitempty"`
+	// ServerUptimeS is how long the server's process had been running
+	// when the bench started, when its /metrics page says when it started
+	// (ServerStart); nil when unknown.
+	ServerUptimeS *float64 `json:"server_uptime_s,omitempty"`
 }
+
+// freshServerS is the uptime under which a server counts as just started:
+// the report then suggests a warm-up run even when no request stood out.
+const freshServerS = 120
 
 // WorkloadReport is one workload: its definition, each measured run, and
 // the summary across runs.
@@ -96,6 +109,11 @@ func (r Report) Markdown() string {
 	b.WriteString(".\n")
 	if r.Interrupted {
 		b.WriteString("\n**Interrupted**: the bench was stopped; the figures cover what ran.\n")
+	}
+	if r.ColdContaminated {
+		writeCold(&b, r)
+	} else if up := r.ServerUptimeS; up != nil && *up < freshServerS && r.WarmupRuns == 0 {
+		fmt.Fprintf(&b, "\nThe server had been up only %.0f s when the bench started and no warm-up run was given. No request stood out as cold, but if the server initialises anything on first use it is in the figures; `--warmup-runs 1` keeps it out.\n", *up)
 	}
 	if len(r.Workloads) == 0 {
 		b.WriteString("\nNo workload ran.\n")
@@ -232,4 +250,23 @@ func writeRepeats(b *strings.Builder, w WorkloadReport) {
 	fmt.Fprintf(b, "| **spread %%** | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | — |\n",
 		100*a.OutputTokPerSec.Spread, 100*a.TTFTP50.Spread, 100*a.TTFTP99.Spread, 100*a.ITLP50.Spread,
 		100*a.ITLP99.Spread, 100*a.TPOTP50.Spread, 100*a.E2EP50.Spread)
+}
+
+// writeCold says which measured requests were cold and what to do: they
+// stay in the figures (hiding them would hide what a user's first request
+// meets), so the report says so and how to keep them out of the sample.
+func writeCold(b *strings.Builder, r Report) {
+	b.WriteString("\n**Cold contamination**: the first request(s) of a measured run took far longer to the first token than the run's later requests; they are in the figures below.\n\n")
+	b.WriteString("| Workload | Run | Request | TTFT (ms) | Later requests' median (ms) | Threshold (ms) |\n|---|--:|--:|--:|--:|--:|\n")
+	for _, c := range r.ColdRequests {
+		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %.1f | %.1f |\n", c.Workload, c.Repeat, c.Index, c.TTFTms, c.WarmMedianMs, c.ThresholdMs)
+	}
+	if up := r.ServerUptimeS; up != nil {
+		fmt.Fprintf(b, "\nThe server had been up %.0f s when the bench started (its /metrics `process_start_time_seconds`).\n", *up)
+	}
+	if r.WarmupRuns == 0 {
+		b.WriteString("\nRerun with `--warmup-runs 1` (or more) so a cold engine is warmed before measuring.\n")
+	} else {
+		fmt.Fprintf(b, "\n%d warm-up run(s) did not warm the server; rerun with more `--warmup-runs`.\n", r.WarmupRuns)
+	}
 }
