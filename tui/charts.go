@@ -67,6 +67,14 @@ var defaultSeries = []seriesSpec{
 	{label: "PCIe RX", source: sourceAllGPUs, metric: trace.MetricPCIeRX, unit: "B/s", empty: "no PCIe samples (no NVML here)"},
 	{label: "TTFT/request", source: sourceRequests, metric: reqTTFT, unit: "ms", empty: "no requests yet"},
 	{label: "ITL p50/request", source: sourceRequests, metric: reqITLP50, unit: "ms", empty: "no requests yet"},
+	// The server's own view (probe/scrape), beside the client's: the gap
+	// between server and client TTFT is network and queueing (hypothesis F).
+	{label: "server TTFT", source: trace.SourceServer, metric: trace.MetricServerTTFTMean, unit: "ms", scale: 1000, optional: true},
+	{label: "server queue", source: trace.SourceServer, metric: trace.MetricServerQueueMean, unit: "ms", scale: 1000, optional: true},
+	{label: "running", source: trace.SourceServer, metric: trace.MetricServerRunning, unit: "req", optional: true},
+	{label: "waiting", source: trace.SourceServer, metric: trace.MetricServerWaiting, unit: "req", optional: true},
+	{label: "KV cache used", source: trace.SourceServer, metric: trace.MetricServerKVUsage, unit: "%", scale: 100, optional: true},
+	{label: "prefix hits", source: trace.SourceServer, metric: trace.MetricServerPrefixHitRate, unit: "%", scale: 100, optional: true},
 }
 
 // chartsPane shows the samplers' and prober's histories, one series per

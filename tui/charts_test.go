@@ -145,49 +145,46 @@ func TestAxisUnitMatchesTitle(t *testing.T) {
 	}
 }
 
-// TestServerSeriesRows checks the pane is data-driven: a spec row for
-// source "server" plots samples of that source, in a unit derived from
-// its scale (seconds → ms, a 0–1 fraction → %), and optional rows stay
-// hidden until their source reports.
+// TestServerSeriesRows checks the server's own metrics (probe/scrape's
+// samples, source "server") are rows of the default pane: hidden until the
+// first server sample, then shown at every size in a unit derived from the
+// row's scale (seconds → ms, a 0–1 fraction → %).
 func TestServerSeriesRows(t *testing.T) {
-	specs := append(append([]seriesSpec(nil), defaultSeries...),
-		seriesSpec{label: "server TTFT", source: "server", metric: "ttft_mean_s", unit: "ms", scale: 1000, optional: true},
-		seriesSpec{label: "KV cache", source: "server", metric: "kv_cache_usage", unit: "%", scale: 100, optional: true},
-		seriesSpec{label: "queue", source: "server", metric: "requests_waiting", unit: "req", optional: true},
-	)
 	m := fixtureModel(t, 160, 48)
-	m.panes[paneCharts] = chartsPane{specs: specs}
 	if v := m.View(); strings.Contains(v, "server TTFT") {
 		t.Fatalf("optional server rows shown before any server sample:\n%s", v)
 	}
 	for i := 0; i < 20; i++ {
 		m.applyEvents([]trace.Event{{At: 6*time.Second + time.Duration(i)*100*time.Millisecond, Kind: trace.KindSample,
-			Sample: &trace.Sample{Source: "server", Values: map[string]float64{
-				"ttft_mean_s": 0.020 + 0.001*float64(i), "kv_cache_usage": 0.05 * float64(i), "requests_waiting": float64(i % 4)}}}})
+			Sample: &trace.Sample{Source: trace.SourceServer, Values: map[string]float64{
+				trace.MetricServerTTFTMean: 0.020 + 0.001*float64(i),
+				trace.MetricServerKVUsage:  0.05 * float64(i),
+				trace.MetricServerWaiting:  float64(i % 4)}}}})
 	}
 	for _, sz := range chartSizes {
 		mm := press(fixtureModel(t, sz[0], sz[1]), "2")
-		mm.panes[paneCharts] = chartsPane{specs: specs}
 		mm.st = m.st
 		for _, v := range []string{mm.View(), press(mm, "z").View()} {
-			if !strings.Contains(v, "server TTFT") || !strings.Contains(v, "KV cache") {
+			if !strings.Contains(v, "server TTFT") || !strings.Contains(v, "KV cache used") {
 				t.Errorf("%v: server rows missing:\n%s", sz, v)
 			}
 		}
 	}
-	cs := chartsPane{specs: specs}.charts(m.st)
 	got := map[string]chart{}
-	for _, c := range cs {
+	for _, c := range (chartsPane{}).charts(m.st) {
 		got[c.label] = c
 	}
 	if c := got["server TTFT"]; c.unit != "ms" || c.now != "39.0" {
 		t.Errorf("server TTFT = %+v, want 39.0 ms", c)
 	}
-	if c := got["KV cache"]; c.unit != "%" || c.now != "95.0" {
-		t.Errorf("KV cache = %+v, want 95.0 %%", c)
+	if c := got["KV cache used"]; c.unit != "%" || c.now != "95.0" {
+		t.Errorf("KV cache used = %+v, want 95.0 %%", c)
 	}
-	if c := got["queue"]; c.unit != "req" || c.now != "3.00" {
-		t.Errorf("queue = %+v, want 3 req", c)
+	if c := got["waiting"]; c.unit != "req" || c.now != "3.00" {
+		t.Errorf("waiting = %+v, want 3 req", c)
+	}
+	if _, ok := got["server queue"]; ok {
+		t.Errorf("server queue shown without a queue-time sample")
 	}
 }
 
