@@ -376,7 +376,13 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"overloaded"}`, 503)
 		return
 	case "slow":
-		time.Sleep(300 * time.Millisecond)
+		// Hold the response until the client gives up, so its timeout fires
+		// however slowly this host runs the client.
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(time.Minute):
+		}
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
@@ -414,7 +420,14 @@ func TestClientErrorKinds(t *testing.T) {
 		{"midstream", prober.KindServer},
 	} {
 		f := newFake(t, c.mode)
-		cl, err := NewClient(ClientConfig{BaseURL: f.URL, Model: "m", Timeout: 100 * time.Millisecond}, trace.NewClock())
+		// Only "slow" is meant to time out (its server never answers); the
+		// others get a timeout no loaded host reaches, so a slow client is
+		// never mistaken for the error kind under test.
+		timeout := time.Minute
+		if c.mode == "slow" {
+			timeout = 100 * time.Millisecond
+		}
+		cl, err := NewClient(ClientConfig{BaseURL: f.URL, Model: "m", Timeout: timeout}, trace.NewClock())
 		if err != nil {
 			t.Fatal(err)
 		}

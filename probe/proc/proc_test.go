@@ -137,23 +137,54 @@ func TestRSSOfAllocatingChild(t *testing.T) {
 	}
 }
 
+// TestCPUPercentOfSpinningChild checks cpu_pct is the tree's CPU time over
+// the wall time between two readings. How much CPU the child gets depends
+// on the host's load, so the test does not assume a share: it reads until
+// an interval in which the child was charged CPU time, then checks the
+// reported percentage against that interval's CPU seconds divided by wall
+// bounds the test measured itself around the two readings.
 func TestCPUPercentOfSpinningChild(t *testing.T) {
 	spin := helper(t, "spin")
 	start(t, spin, true)
 	s := New(spin.Process.Pid)
+	outerStart := time.Now()
 	first := values(t, s)
+	innerStart := time.Now()
 	if _, ok := first[trace.MetricCPU]; ok {
 		t.Fatal("cpu_pct on the first reading: there is no previous reading to diff against")
 	}
-	time.Sleep(300 * time.Millisecond)
-	v := values(t, s)
-	// A spinning process gets most of a core; allow for a machine shared
-	// with other builds.
-	if c := v[trace.MetricCPU]; c < 10 || c > 105 {
-		t.Fatalf("cpu_pct of a spinning process = %.1f", c)
-	}
-	if s.CPUSeconds() <= 0 {
-		t.Fatal("CPUSeconds did not grow")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		prevCPU := s.CPUSeconds()
+		time.Sleep(100 * time.Millisecond)
+		innerEnd := time.Now()
+		v := values(t, s)
+		outerEnd := time.Now()
+		dCPU := s.CPUSeconds() - prevCPU
+		c, ok := v[trace.MetricCPU]
+		if !ok {
+			t.Fatal("no cpu_pct on the second reading")
+		}
+		if dCPU > 0 {
+			// The sampler's interval lies between the inner and the outer
+			// bracket; 1e-9 absorbs float rounding.
+			lo := 100 * dCPU / outerEnd.Sub(outerStart).Seconds()
+			hi := 100 * dCPU / innerEnd.Sub(innerStart).Seconds()
+			if c < lo*(1-1e-9) || c > hi*(1+1e-9) {
+				t.Fatalf("cpu_pct = %.2f for %.3f CPU s in the interval, want within [%.2f, %.2f]", c, dCPU, lo, hi)
+			}
+			if c <= 0 {
+				t.Fatalf("cpu_pct = %.2f with %.3f CPU s charged", c, dCPU)
+			}
+			return
+		}
+		if c != 0 {
+			t.Fatalf("cpu_pct = %.2f in an interval with no CPU time charged", c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the spinning child was charged no CPU time in a minute")
+		}
+		outerStart, innerStart = innerEnd, outerEnd
 	}
 }
 
