@@ -18,7 +18,10 @@ import (
 // Clients that go away mid-stream (closed connection or cancelled context)
 // cancel their requests, and every KV block comes back.
 func TestDisconnectFreesBlocks(t *testing.T) {
-	e := newEnv(t, &fakeBackend{delay: time.Millisecond}, "")
+	// 25 ms a step gives every request ≥ 5 s of generation left after the
+	// client's third event (≤ 246 tokens fit the context), so a client that
+	// a loaded host runs late still hangs up mid-stream, never after the end.
+	e := newEnv(t, &fakeBackend{delay: 25 * time.Millisecond}, "")
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Add(1)
