@@ -37,6 +37,10 @@ type Request struct {
 	// StopTokens end the request when sampled (the token is counted in
 	// CompletionTokens but not delivered).
 	StopTokens []int32
+	// Logprobs asks for each token's log-probability (Token.Logprob). It
+	// costs a row of logits copied back from the backend per token, which
+	// a device-sampling backend otherwise never sends.
+	Logprobs bool
 }
 
 // ErrStopped is returned by Submit after Run has ended.
@@ -66,8 +70,9 @@ type Scheduler struct {
 	running []*seq
 	waiting []*seq
 	bySeq   map[uint64]*seq
-	smp     sampler
-	smps    []*sampler // per-worker scratch for parallel sampling
+	tokBE   TokenBackend // be, when it samples on the device; else nil
+	smp     Sampler
+	smps    []*Sampler // per-worker scratch for parallel sampling
 	rows    [][]float32
 
 	m counters
@@ -80,7 +85,7 @@ type seq struct {
 	stream   *Stream
 	tokens   []int32 // prompt then generated tokens
 	computed int     // positions already in the KV cache
-	rng      *rand.Rand
+	seed     uint64  // the request's seed, or a random one when it gave none
 	res      Result
 	lastTok  time.Time
 	stepMark uint64 // step number this sequence was last scheduled in
@@ -110,8 +115,9 @@ func New(be Backend, cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sched: backend %s reports an unusable KV pool: %w", be.Name(), err)
 	}
+	tb, _ := be.(TokenBackend)
 	return &Scheduler{
-		be: be, kv: kv, cfg: cfg, vocab: be.VocabSize(),
+		be: be, tokBE: tb, kv: kv, cfg: cfg, vocab: be.VocabSize(),
 		wake: make(chan struct{}, 1), bySeq: map[uint64]*seq{},
 		m: counters{finished: map[FinishReason]uint64{}},
 	}, nil
@@ -143,11 +149,10 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	s.nextID++
 	id := s.nextID
 	sq := &seq{id: id, req: r, stream: newStream(id), tokens: append(make([]int32, 0, len(r.Prompt)+min(r.MaxTokens, 1024)), r.Prompt...)}
-	seed := r.Sampling.Seed
+	sq.seed = uint64(r.Sampling.Seed)
 	if !r.Sampling.Seeded {
-		seed = int64(rand.Uint64())
+		sq.seed = rand.Uint64()
 	}
-	sq.rng = newRNG(seed)
 	sq.res = Result{PromptTokens: len(r.Prompt), Submitted: now}
 	s.incoming = append(s.incoming, sq)
 	s.mu.Unlock()
@@ -383,18 +388,39 @@ func (s *Scheduler) removeWaiting(sq *seq) {
 	}
 }
 
-// forward runs the step and turns logits into tokens.
+// forward runs the step and turns its output into tokens: through the
+// backend's own sampling when it has it (only token ids come back, plus
+// logits rows for requests that asked for logprobs), else from logits rows
+// sampled here.
 func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	for len(s.rows) < len(b.Seqs) {
 		s.rows = append(s.rows, make([]float32, s.vocab))
 	}
 	logits := make([][]float32, len(b.Seqs))
-	for i, c := range b.Seqs {
-		if c.WantLogits {
-			logits[i] = s.rows[i]
+	var toks []int32
+	var err error
+	if s.tokBE != nil {
+		choice := make([]TokenChoice, len(b.Seqs))
+		toks = make([]int32, len(b.Seqs))
+		for i, c := range b.Seqs {
+			if !c.WantLogits {
+				continue
+			}
+			sq := owners[i]
+			choice[i] = sq.choice()
+			if sq.req.Logprobs {
+				logits[i] = s.rows[i]
+			}
 		}
+		err = s.tokBE.ForwardTokens(ctx, b, choice, toks, logits)
+	} else {
+		for i, c := range b.Seqs {
+			if c.WantLogits {
+				logits[i] = s.rows[i]
+			}
+		}
+		err = s.be.Forward(ctx, b, logits)
 	}
-	err := s.be.Forward(ctx, b, logits)
 	s.m.mu.Lock()
 	s.m.steps++
 	s.m.mu.Unlock()
@@ -408,7 +434,9 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 		return
 	}
 	now := time.Now()
-	toks := s.sampleAll(b, owners, logits)
+	if s.tokBE == nil {
+		toks = s.sampleAll(b, owners, logits)
+	}
 	for i, c := range b.Seqs {
 		sq := owners[i]
 		if s.bySeq[sq.id] != sq {
@@ -419,6 +447,14 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			continue
 		}
 		tok := toks[i]
+		if tok < 0 || int(tok) >= s.vocab {
+			s.end(sq, FinishError, fmt.Errorf("backend %s chose token %d outside the vocabulary [0, %d)", s.be.Name(), tok, s.vocab))
+			continue
+		}
+		out := Token{ID: tok, Time: now}
+		if sq.req.Logprobs {
+			out.Logprob = logprob(logits[i], tok)
+		}
 		sq.tokens = append(sq.tokens, tok)
 		sq.res.CompletionTokens++
 		// Counted before the token is delivered, so that a client that
@@ -437,7 +473,7 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			s.end(sq, FinishStop, nil)
 			continue
 		}
-		sq.stream.push(Token{ID: tok, Time: now})
+		sq.stream.push(out)
 		switch {
 		case sq.res.CompletionTokens >= sq.req.MaxTokens:
 			s.end(sq, FinishLength, nil)
@@ -447,11 +483,18 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	}
 }
 
+// choice is how sq's next token is drawn: its index in the request's
+// output names the random number, so a recompute after preemption draws
+// the same token.
+func (sq *seq) choice() TokenChoice {
+	return sq.req.Sampling.choice(sq.seed, uint64(sq.res.CompletionTokens))
+}
+
 // sampleAll draws the next token of every chunk that asked for logits.
 // Random sampling over a large vocabulary costs milliseconds per row (an
 // exp per entry) while the backend sits idle, so rows are spread over
-// GOMAXPROCS workers; each sequence has its own generator, so the tokens do
-// not depend on which worker drew them.
+// GOMAXPROCS workers; the draw depends only on the row and the request's
+// (seed, step), so the tokens do not depend on which worker drew them.
 func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int32 {
 	toks := make([]int32, len(b.Seqs))
 	var random []int
@@ -459,7 +502,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 		if !c.WantLogits {
 			continue
 		}
-		if owners[i].req.Sampling.Greedy() {
+		if owners[i].choice().Greedy() {
 			toks[i] = argmax(logits[i])
 		} else {
 			random = append(random, i)
@@ -467,11 +510,11 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(random))
 	for len(s.smps) < workers {
-		s.smps = append(s.smps, &sampler{})
+		s.smps = append(s.smps, &Sampler{})
 	}
 	if workers <= 1 {
 		for _, i := range random {
-			toks[i] = s.smp.sample(logits[i], owners[i].req.Sampling, owners[i].rng)
+			toks[i] = s.smp.Sample(logits[i], owners[i].choice())
 		}
 		return toks
 	}
@@ -482,7 +525,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 			defer wg.Done()
 			for j := w; j < len(random); j += workers {
 				i := random[j]
-				toks[i] = s.smps[w].sample(logits[i], owners[i].req.Sampling, owners[i].rng)
+				toks[i] = s.smps[w].Sample(logits[i], owners[i].choice())
 			}
 		}()
 	}

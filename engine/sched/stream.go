@@ -27,6 +27,9 @@ const (
 type Token struct {
 	ID   int32
 	Time time.Time
+	// Logprob is the token's natural-log probability under the model's
+	// distribution; set only for requests with Logprobs.
+	Logprob float32
 }
 
 // Result is a request's outcome, complete once Recv returned io.EOF.
