@@ -24,6 +24,12 @@ type Config struct {
 	// MaxSeqLen is the model's context length: prompt plus generated
 	// tokens never exceed it (required).
 	MaxSeqLen int
+	// NoPrefixCache turns prefix caching off. With it on (the default),
+	// every full KV block a sequence computes is kept under a hash of its
+	// tokens and everything before them, and a later request that starts
+	// with the same blocks shares them read-only instead of prefilling
+	// them again (see package kvcache).
+	NoPrefixCache bool
 }
 
 // Request is one generation request in token ids.
@@ -71,6 +77,7 @@ type Scheduler struct {
 	waiting []*seq
 	bySeq   map[uint64]*seq
 	tokBE   TokenBackend // be, when it samples on the device; else nil
+	copier  BlockCopier  // be, when it can copy KV blocks; else nil
 	smp     Sampler
 	smps    []*Sampler // per-worker scratch for parallel sampling
 	rows    [][]float32
@@ -90,6 +97,7 @@ type seq struct {
 	lastTok  time.Time
 	stepMark uint64 // step number this sequence was last scheduled in
 	running  bool   // in s.running (holds KV blocks)
+	admitted bool   // admitted at least once (Result.CachedTokens is set)
 }
 
 // New creates a scheduler over be with a block manager sized to the
@@ -116,8 +124,9 @@ func New(be Backend, cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("sched: backend %s reports an unusable KV pool: %w", be.Name(), err)
 	}
 	tb, _ := be.(TokenBackend)
+	cp, _ := be.(BlockCopier)
 	return &Scheduler{
-		be: be, tokBE: tb, kv: kv, cfg: cfg, vocab: be.VocabSize(),
+		be: be, tokBE: tb, copier: cp, kv: kv, cfg: cfg, vocab: be.VocabSize(),
 		wake: make(chan struct{}, 1), bySeq: map[uint64]*seq{},
 		m: counters{finished: map[FinishReason]uint64{}},
 	}, nil
@@ -226,7 +235,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 		step++
-		b, owners := s.schedule(step)
+		b, owners := s.schedule(ctx, step)
 		s.publish()
 		if len(b.Seqs) == 0 && len(s.running) == 0 && len(s.waiting) > 0 {
 			// An empty pool cannot hold the head of the queue: it never
@@ -272,7 +281,7 @@ func (s *Scheduler) intake() {
 
 // schedule builds one step: running decodes first (one token each), then
 // running prefills, then new admissions, all inside the token budget.
-func (s *Scheduler) schedule(step uint64) (*Batch, []*seq) {
+func (s *Scheduler) schedule(ctx context.Context, step uint64) (*Batch, []*seq) {
 	budget := s.cfg.MaxBatchedTokens
 	b := &Batch{}
 	var owners []*seq
@@ -308,20 +317,95 @@ func (s *Scheduler) schedule(step uint64) (*Batch, []*seq) {
 		if sq.stepMark == step {
 			break // preempted in this very step; readmitting it would thrash
 		}
+		hitBlocks := s.attachPrefix(ctx, sq)
 		n := min(len(sq.tokens)-sq.computed, budget)
 		if s.kv.Needed(sq.id, sq.computed+n) > s.kv.Free() {
+			s.detach(sq)
 			break // first come, first served: wait for blocks to free up
 		}
 		table, err := s.kv.Ensure(sq.id, sq.computed+n)
 		if err != nil {
+			s.detach(sq)
 			break
 		}
+		s.countPrefix(sq, hitBlocks)
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, sq)
 		sq.running = true
 		add(sq, n, table)
 	}
 	return b, owners
+}
+
+// attachPrefix gives a sequence about to be admitted (holding no blocks)
+// the cached blocks that already hold a prefix of its tokens, and starts its
+// prefill after them. It returns how many cached blocks it shares.
+//
+// At least the last token must run, for its logits. When every block of
+// the sequence is cached, that token's position lies in a shared block: the
+// sequence gets a private copy of that block (BlockCopier) and recomputes
+// only the last token into it; without a copier, or if the copy fails, it
+// recomputes the whole last block in a block of its own.
+func (s *Scheduler) attachPrefix(ctx context.Context, sq *seq) int {
+	if s.cfg.NoPrefixCache || sq.computed != 0 {
+		return 0
+	}
+	bs := s.kv.BlockSize()
+	blocks := s.kv.Match(sq.tokens)
+	boundary := len(blocks) > 0 && len(blocks)*bs == len(sq.tokens)
+	if boundary && s.copier == nil {
+		blocks, boundary = blocks[:len(blocks)-1], false
+	}
+	if len(blocks) == 0 {
+		return 0
+	}
+	n, err := s.kv.Attach(sq.id, blocks)
+	if err != nil || n == 0 {
+		return 0
+	}
+	sq.computed = n * bs
+	if !boundary || n < len(blocks) {
+		return n
+	}
+	src, dst, err := s.kv.Fork(sq.id, n-1)
+	if err != nil {
+		// No block to copy into: the pool is full, so this admission
+		// cannot go ahead anyway.
+		s.detach(sq)
+		return 0
+	}
+	if err := s.copier.CopyBlocks(ctx, []int32{src}, []int32{dst}); err != nil {
+		sq.computed = (n - 1) * bs // recompute the block into the copy
+		return n - 1
+	}
+	sq.computed = len(sq.tokens) - 1
+	return n
+}
+
+// detach undoes attachPrefix for a sequence that could not be admitted.
+func (s *Scheduler) detach(sq *seq) {
+	s.kv.Release(sq.id)
+	sq.computed = 0
+}
+
+// countPrefix records an admission's prefix-cache hit (the positions it
+// skips) and miss (the prompt positions it computes) in the metrics, and
+// the first admission's hit in the request's result.
+func (s *Scheduler) countPrefix(sq *seq, hitBlocks int) {
+	if !sq.admitted {
+		sq.admitted = true
+		sq.res.CachedTokens = sq.computed
+	}
+	if s.cfg.NoPrefixCache {
+		return
+	}
+	full := len(sq.tokens) / s.kv.BlockSize()
+	s.m.mu.Lock()
+	s.m.prefixHitTokens += uint64(sq.computed)
+	s.m.prefixMissTokens += uint64(len(sq.tokens) - sq.computed)
+	s.m.prefixHitBlocks += uint64(hitBlocks)
+	s.m.prefixMissBlocks += uint64(max(full-hitBlocks, 0))
+	s.m.mu.Unlock()
 }
 
 // grow secures KV blocks for n more positions of sq, preempting the newest
@@ -443,6 +527,9 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			continue // ended during the step
 		}
 		sq.computed += len(c.Tokens)
+		if !s.cfg.NoPrefixCache {
+			s.kv.Commit(sq.id, sq.tokens, sq.computed)
+		}
 		if !c.WantLogits {
 			continue
 		}
@@ -588,6 +675,9 @@ func (s *Scheduler) Metrics() Metrics {
 	return Metrics{
 		Running: s.m.running, Waiting: s.m.waiting,
 		KVUsed: s.kv.Used(), KVTotal: s.kv.Total(), KVBlockSize: s.kv.BlockSize(),
+		KVCached: s.kv.Cached(), KVEvictions: s.kv.Evictions(), PrefixCaching: !s.cfg.NoPrefixCache,
+		PrefixHitTokens: s.m.prefixHitTokens, PrefixMissTokens: s.m.prefixMissTokens,
+		PrefixHitBlocks: s.m.prefixHitBlocks, PrefixMissBlocks: s.m.prefixMissBlocks,
 		PromptTokens: s.m.prompt, GeneratedTokens: s.m.generated,
 		Requests: fin, Preemptions: s.m.preemptions, Steps: s.m.steps,
 		TTFT: s.m.ttft.snapshot(), ITL: s.m.itl.snapshot(),

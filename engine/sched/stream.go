@@ -48,6 +48,9 @@ type Result struct {
 	// Preemptions counts how often the request lost its KV blocks to
 	// others and was recomputed.
 	Preemptions int
+	// CachedTokens is how many prompt positions the request found in the
+	// prefix cache when first admitted (their prefill was skipped).
+	CachedTokens int
 }
 
 // Stream delivers one request's tokens. The scheduler never blocks on it:
