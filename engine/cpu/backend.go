@@ -169,7 +169,39 @@ func (b *Backend) Close() error {
 	return b.kv.free()
 }
 
-var _ sched.TokenBackend = (*Backend)(nil)
+var (
+	_ sched.TokenBackend = (*Backend)(nil)
+	_ sched.BlockCopier  = (*Backend)(nil)
+)
+
+// CopyBlocks copies whole KV blocks (every layer, K and V): the scheduler
+// gives a sequence a private copy of a shared prefix block before writing
+// into it. Blocks are contiguous in the pool, so each is one copy.
+func (b *Backend) CopyBlocks(ctx context.Context, src, dst []int32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if len(src) != len(dst) {
+		return fmt.Errorf("%w: %d source blocks for %d destinations", ErrBadBatch, len(src), len(dst))
+	}
+	nb := int32(b.opts.NumBlocks)
+	for i := range src {
+		if src[i] < 0 || src[i] >= nb || dst[i] < 0 || dst[i] >= nb {
+			return fmt.Errorf("%w: copy of block %d to %d outside the pool of %d", ErrBadBatch, src[i], dst[i], nb)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cpu: copy blocks: %w", err)
+	}
+	bs := b.blockStride
+	for i := range src {
+		s, d := int(src[i])*bs, int(dst[i])*bs
+		copy(b.kv.f[d:d+bs], b.kv.f[s:s+bs])
+	}
+	return nil
+}
 
 // validate checks the whole batch before any work so that a bad chunk fails
 // the step without half-written KV.

@@ -102,3 +102,71 @@ func TestForwardTokensBadSlices(t *testing.T) {
 		t.Fatalf("greedy token %d outside the vocabulary", tok[0])
 	}
 }
+
+// Greedy outputs are identical with and without the prefix cache on the
+// real CPU model, for prompts that share prefixes, repeat exactly (the
+// boundary block copied with CopyBlocks) and diverge inside a block.
+func TestPrefixCacheSameOutput(t *testing.T) {
+	m := tinyModel(testArches[0], 6)
+	rng := rand.New(rand.NewPCG(4, 4))
+	system := randTokens(rng, 4*tBlockSize)
+	var reqs []sched.Request
+	for i := range 8 {
+		p := slices.Clone(system[:tBlockSize*(2+i%3)])
+		if i%4 != 3 {
+			p = append(p, randTokens(rng, 1+i)...)
+		}
+		reqs = append(reqs, sched.Request{Prompt: p, MaxTokens: 12})
+	}
+	serial := func(cfg sched.Config, be sched.Backend) ([][]int32, sched.Metrics) {
+		s, err := sched.New(be, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		var out [][]int32
+		for _, r := range reqs {
+			st, err := s.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks, _, err := st.Collect(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []int32
+			for _, tk := range toks {
+				ids = append(ids, tk.ID)
+			}
+			out = append(out, ids)
+		}
+		if err := s.KV().CheckLeaks(); err != nil {
+			t.Error(err)
+		}
+		return out, s.Metrics()
+	}
+	cfg := sched.Config{MaxBatchedTokens: 8, MaxSeqLen: 128}
+	cached, mc := serial(cfg, newTestBackend(t, m, 64, 2))
+	cfg.NoPrefixCache = true
+	plain, _ := serial(cfg, newTestBackend(t, m, 64, 2))
+	for i := range reqs {
+		if !slices.Equal(cached[i], plain[i]) {
+			t.Errorf("request %d: with the prefix cache %v, without %v", i, cached[i], plain[i])
+		}
+	}
+	if mc.PrefixHitBlocks == 0 {
+		t.Fatalf("prompts sharing a 4-block prefix never hit: %+v", mc)
+	}
+}
+
+func TestCopyBlocksRefusesBadIDs(t *testing.T) {
+	b := newTestBackend(t, tinyModel(testArches[0], 5), 4, 1)
+	for _, c := range [][2][]int32{{{0}, {4}}, {{-1}, {0}}, {{0, 1}, {2}}} {
+		if err := b.CopyBlocks(context.Background(), c[0], c[1]); err == nil {
+			t.Errorf("CopyBlocks(%v, %v) accepted", c[0], c[1])
+		}
+	}
+}
