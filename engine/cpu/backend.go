@@ -39,7 +39,7 @@ type Backend struct {
 	cfg    config
 	w      *weights
 	opts   Options
-	pool   *pool
+	pool   runner
 	closed bool
 
 	// KV storage, float32: the attention inner loop then reads KV without
