@@ -128,3 +128,57 @@ func BenchmarkDecodeBatch1Tail(b *testing.B) {
 		b.ReportMetric(s[len(s)-1], p.name+"-max-ms")
 	}
 }
+
+// BenchmarkPrefixHitTTFT is the time to first token of a request whose
+// 512-token prefix another request already computed, followed by 16 tokens
+// of its own, on the demo shape: with the prefix cache (16 tokens to
+// prefill) and without (528). Run it with a small fixed count, e.g.
+// -benchtime=5x.
+func BenchmarkPrefixHitTTFT(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		off  bool
+	}{{"cache", false}, {"nocache", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			be := newBenchBackend(b, 0)
+			s, err := sched.New(be, sched.Config{MaxBatchedTokens: 256, MaxSeqLen: 2048, NoPrefixCache: mode.off})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			prefix := make([]int32, 512)
+			for i := range prefix {
+				prefix[i] = int32((i * 131) % be.VocabSize())
+			}
+			ttft := func(p []int32) float64 {
+				st, err := s.Submit(context.Background(), sched.Request{Prompt: p, MaxTokens: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, res, err := st.Collect(context.Background())
+				if err != nil || res.FirstToken.IsZero() {
+					b.Fatalf("%v %+v", err, res)
+				}
+				return float64(res.FirstToken.Sub(res.Submitted).Microseconds()) / 1e3
+			}
+			ttft(prefix) // computes (and, with the cache, keeps) the prefix
+			var ms []float64
+			n := 0
+			for b.Loop() {
+				p := slices.Clone(prefix)
+				for j := range 16 {
+					p = append(p, int32((n*16+j)%be.VocabSize()))
+				}
+				n++
+				ms = append(ms, ttft(p))
+			}
+			slices.Sort(ms)
+			b.ReportMetric(ms[0], "ttft-min-ms")
+			b.ReportMetric(ms[len(ms)/2], "ttft-p50-ms")
+			b.ReportMetric(ms[len(ms)-1], "ttft-max-ms")
+		})
+	}
+}
