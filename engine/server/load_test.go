@@ -250,3 +250,49 @@ func TestPrefixCacheInUsageAndMetrics(t *testing.T) {
 		t.Fatalf("block metrics missing or zero:\n%s", b)
 	}
 }
+
+// 64 concurrent streaming clients behind one long shared system prompt (the
+// prefix cache's case) all get their full output, the cache is hit, and no
+// KV block is left held.
+func TestSixtyFourStreamsSharedPrefix(t *testing.T) {
+	e := newEnv(t, &fakeBackend{}, "")
+	c := e.client()
+	const clients, maxTok = 64, 16
+	system := strings.Repeat("You are a careful assistant who answers briefly. ", 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prompt := fmt.Sprintf("%sQuestion %d?", system, i)
+			want := e.tok.Decode(expected(e.tok.Encode(prompt), maxTok))
+			stream := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{
+				Model: modelID, Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)},
+				MaxTokens: openai.Int(maxTok), Temperature: openai.Float(0),
+			})
+			var text strings.Builder
+			for stream.Next() {
+				for _, ch := range stream.Current().Choices {
+					text.WriteString(ch.Text)
+				}
+			}
+			if err := stream.Err(); err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+				return
+			}
+			if text.String() != want {
+				errs <- fmt.Errorf("client %d: text %q, want %q", i, text.String(), want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	e.waitNoBlocks(t)
+	if m := e.s.Metrics(); m.PrefixHitBlocks == 0 || m.GeneratedTokens != clients*maxTok {
+		t.Fatalf("metrics: %d prefix blocks hit, %d tokens generated", m.PrefixHitBlocks, m.GeneratedTokens)
+	}
+}
