@@ -21,6 +21,7 @@ func newServeCmd() *cobra.Command {
 	var o serve.Options
 	var useDemo bool
 	var kvGiB float64
+	var prefixCache bool
 	cmd := &cobra.Command{
 		Use:   "serve --model DIR",
 		Short: "Run the built-in inference engine as an OpenAI-compatible server",
@@ -37,6 +38,7 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 				return withExit(2, fmt.Errorf("--kv-gib %v: use a positive size", kvGiB))
 			}
 			o.KVBytes = int64(kvGiB * (1 << 30))
+			o.NoPrefixCache = !prefixCache
 			o.Stderr = cmd.ErrOrStderr()
 			if useDemo {
 				if o.ModelDir != "" {
@@ -77,7 +79,9 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.Float64Var(&kvGiB, "kv-gib", 0, "size the KV cache in GiB instead of blocks")
 	f.IntVar(&o.BlockSize, "block-size", 16, "positions per KV block")
 	f.IntVar(&o.MaxBatch, "max-batch", 16, "maximum running sequences")
-	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 256, "token budget of one step (long prompts are prefilled in chunks)")
+	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 256, "token budget of one step: decodes first, then prompts prefilled in chunks in what is left")
+	f.IntVar(&o.MaxBatchedTokens, "max-num-batched-tokens", 256, "same as --max-batched-tokens (vLLM's name)")
+	f.BoolVar(&prefixCache, "prefix-cache", true, "share the KV blocks of common prompt prefixes across requests (--prefix-cache=false turns it off)")
 	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length (default: the model's, at most 8192; up to the model's max_position_embeddings)")
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")

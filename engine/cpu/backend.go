@@ -39,7 +39,7 @@ type Backend struct {
 	cfg    config
 	w      *weights
 	opts   Options
-	pool   *pool
+	pool   runner
 	closed bool
 
 	// KV storage, float32: the attention inner loop then reads KV without
@@ -63,6 +63,7 @@ type Backend struct {
 	mm matmulTask
 	tk tokenTask
 	at attnTask
+	st sampleTask
 }
 
 // scratch holds the per-step buffers. They only grow (to the largest batch
@@ -126,6 +127,8 @@ func newBackend(cfg config, src source, opts Options) (*Backend, error) {
 	b.mm.b = b
 	b.at.b = b
 	b.tk.b = b
+	b.st.b = b
+	b.st.smp = []*sched.Sampler{{}}
 	return b, nil
 }
 
@@ -166,7 +169,39 @@ func (b *Backend) Close() error {
 	return b.kv.free()
 }
 
-var _ sched.Backend = (*Backend)(nil)
+var (
+	_ sched.TokenBackend = (*Backend)(nil)
+	_ sched.BlockCopier  = (*Backend)(nil)
+)
+
+// CopyBlocks copies whole KV blocks (every layer, K and V): the scheduler
+// gives a sequence a private copy of a shared prefix block before writing
+// into it. Blocks are contiguous in the pool, so each is one copy.
+func (b *Backend) CopyBlocks(ctx context.Context, src, dst []int32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if len(src) != len(dst) {
+		return fmt.Errorf("%w: %d source blocks for %d destinations", ErrBadBatch, len(src), len(dst))
+	}
+	nb := int32(b.opts.NumBlocks)
+	for i := range src {
+		if src[i] < 0 || src[i] >= nb || dst[i] < 0 || dst[i] >= nb {
+			return fmt.Errorf("%w: copy of block %d to %d outside the pool of %d", ErrBadBatch, src[i], dst[i], nb)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cpu: copy blocks: %w", err)
+	}
+	bs := b.blockStride
+	for i := range src {
+		s, d := int(src[i])*bs, int(dst[i])*bs
+		copy(b.kv.f[d:d+bs], b.kv.f[s:s+bs])
+	}
+	return nil
+}
 
 // validate checks the whole batch before any work so that a bad chunk fails
 // the step without half-written KV.
@@ -238,6 +273,62 @@ func (b *Backend) grow(t int) {
 func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.forward(ctx, bt, logits)
+}
+
+// ForwardTokens runs one step like Forward and chooses each wanted token
+// here, with sched.Sampler (the device kernel's rule and generator), so a
+// seeded request draws the same tokens as through Forward and the
+// scheduler's own sampling. Rows the caller does not want back are
+// computed into the backend's scratch; random draws are spread over the
+// worker pool, whose goroutines are idle once the lm_head is done.
+func (b *Backend) ForwardTokens(ctx context.Context, bt *sched.Batch, choice []sched.TokenChoice, tokens []int32, logits [][]float32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bt == nil {
+		return fmt.Errorf("%w: nil batch", ErrBadBatch)
+	}
+	n := len(bt.Seqs)
+	if len(choice) < n || len(tokens) < n || len(logits) < n {
+		return fmt.Errorf("%w: %d choices, %d token slots and %d logits rows for %d sequences", ErrBadBatch, len(choice), len(tokens), len(logits), n)
+	}
+	st := &b.st
+	st.rows = st.rows[:0]
+	for i := range bt.Seqs {
+		row := logits[i]
+		if row == nil && bt.Seqs[i].WantLogits {
+			for len(st.scratch) <= i {
+				st.scratch = append(st.scratch, make([]float32, b.cfg.vocab))
+			}
+			row = st.scratch[i]
+		}
+		st.rows = append(st.rows, row)
+	}
+	if err := b.forward(ctx, bt, st.rows); err != nil {
+		return err
+	}
+	st.items = st.items[:0]
+	for i, sq := range bt.Seqs {
+		if !sq.WantLogits {
+			continue
+		}
+		if choice[i].Greedy() {
+			tokens[i] = st.smp[0].Sample(st.rows[i][:b.cfg.vocab], choice[i])
+			continue
+		}
+		st.items = append(st.items, i)
+	}
+	st.choice, st.tokens = choice, tokens
+	for len(st.smp) < b.opts.Threads {
+		st.smp = append(st.smp, &sched.Sampler{})
+	}
+	b.pool.run(st, len(st.items))
+	st.choice, st.tokens = nil, nil
+	return nil
+}
+
+// forward is Forward with b.mu held.
+func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
 	if b.closed {
 		return ErrClosed
 	}

@@ -349,3 +349,21 @@ func (k *tokenTask) runItem(_, t int) {
 		}
 	}
 }
+
+// sampleTask draws the random (non-greedy) tokens of a ForwardTokens step,
+// one row per item, with a Sampler per worker. A draw depends only on the
+// row and its TokenChoice, so which worker takes a row does not matter.
+type sampleTask struct {
+	b       *Backend
+	smp     []*sched.Sampler // per worker
+	scratch [][]float32      // rows the caller did not ask for
+	rows    [][]float32      // this step's rows, the caller's or scratch
+	items   []int            // chunk indices to sample
+	choice  []sched.TokenChoice
+	tokens  []int32
+}
+
+func (s *sampleTask) runItem(worker, item int) {
+	i := s.items[item]
+	s.tokens[i] = s.smp[worker].Sample(s.rows[i][:s.b.cfg.vocab], s.choice[i])
+}

@@ -1,7 +1,10 @@
 // Package sched is the built-in engine's continuous-batching scheduler: it
-// admits requests, splits long prompts into prefill chunks, mixes prefill and
-// decode in one step, samples, and frees KV blocks when a request ends. It
-// drives any Backend (CPU now, CUDA later) through the interface below.
+// admits requests, starts them after the KV blocks of any prefix already in
+// the prefix cache, splits long prompts into prefill chunks, mixes prefill
+// and decode in one step under a token budget (decodes first), samples (or
+// lets a TokenBackend sample on the device), and frees KV blocks when a
+// request ends. It drives any Backend (CPU, CUDA) through the interfaces
+// below.
 package sched
 
 import "context"

@@ -10,8 +10,9 @@ import (
 
 // fakeBackend is a real Backend whose "model" is a hash of the token
 // history read back from its own paged KV storage: if the scheduler hands
-// it a wrong block table, wrong positions or a block another sequence
-// owns, the generated tokens change or Forward fails.
+// it a wrong block table, wrong positions, or a block another sequence
+// overwrote (a shared prefix block written to, a block handed out twice),
+// the generated tokens change or Forward fails.
 type fakeBackend struct {
 	vocab, blockSize, numBlocks int
 	delay                       time.Duration
@@ -24,7 +25,8 @@ type fakeBackend struct {
 }
 
 type slot struct {
-	seq   uint64
+	seq   uint64 // the sequence that wrote it
+	pos   int    // the position it was written for
 	tok   int32
 	valid bool
 }
@@ -71,7 +73,7 @@ func (f *fakeBackend) Forward(ctx context.Context, b *Batch, logits [][]float32)
 		}
 		for j, t := range c.Tokens {
 			p := c.Pos + j
-			f.slots[c.Blocks[p/f.blockSize]][p%f.blockSize] = slot{seq: c.SeqID, tok: t, valid: true}
+			f.slots[c.Blocks[p/f.blockSize]][p%f.blockSize] = slot{seq: c.SeqID, pos: p, tok: t, valid: true}
 		}
 		if !c.WantLogits {
 			continue
@@ -82,8 +84,8 @@ func (f *fakeBackend) Forward(ctx context.Context, b *Batch, logits [][]float32)
 		hist := make([]int32, c.Pos+len(c.Tokens))
 		for p := range hist {
 			s := f.slots[c.Blocks[p/f.blockSize]][p%f.blockSize]
-			if !s.valid || s.seq != c.SeqID {
-				return fmt.Errorf("seq %d position %d: KV slot holds seq %d (valid %v)", c.SeqID, p, s.seq, s.valid)
+			if !s.valid || s.pos != p {
+				return fmt.Errorf("seq %d position %d: KV slot holds seq %d's position %d (valid %v)", c.SeqID, p, s.seq, s.pos, s.valid)
 			}
 			hist[p] = s.tok
 		}

@@ -59,7 +59,20 @@ type Metrics struct {
 	// Running and Waiting are requests in the batch and in the queue.
 	Running, Waiting int
 	// KVUsed and KVTotal are KV blocks; KVBlockSize is positions per block.
+	// KVUsed counts blocks held by running sequences (a shared block once).
 	KVUsed, KVTotal, KVBlockSize int
+	// KVCached is the blocks in the prefix cache (held or evictable);
+	// KVEvictions counts cached blocks evicted to make room.
+	KVCached    int
+	KVEvictions uint64
+	// PrefixCaching says whether the prefix cache is on.
+	PrefixCaching bool
+	// PrefixHitTokens and PrefixMissTokens split the positions of every
+	// admission (a preempted request's readmission too) into those found
+	// in the prefix cache and those computed; PrefixHitBlocks and
+	// PrefixMissBlocks do the same for full blocks.
+	PrefixHitTokens, PrefixMissTokens uint64
+	PrefixHitBlocks, PrefixMissBlocks uint64
 	// PromptTokens and GeneratedTokens are totals since start.
 	PromptTokens, GeneratedTokens uint64
 	// Requests counts finished requests by finish reason.
@@ -80,4 +93,7 @@ type counters struct {
 	finished           map[FinishReason]uint64
 	preemptions, steps uint64
 	ttft, itl          hist
+
+	prefixHitTokens, prefixMissTokens uint64
+	prefixHitBlocks, prefixMissBlocks uint64
 }

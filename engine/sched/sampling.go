@@ -3,7 +3,6 @@ package sched
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -39,136 +38,136 @@ func (p Sampling) Validate() error {
 	return nil
 }
 
-// newRNG returns the per-request generator: one stream per request, so the
-// tokens of a seeded request do not depend on what else is in the batch.
-func newRNG(seed int64) *rand.Rand {
-	return rand.New(rand.NewPCG(uint64(seed), 0x7472656e69)) // "treni"
+// choice is the TokenChoice for the token at index step of a request's
+// output under these parameters and the request's effective seed.
+func (p Sampling) choice(seed, step uint64) TokenChoice {
+	return TokenChoice{
+		Temperature: float32(p.Temperature),
+		TopK:        int32(min(p.TopK, math.MaxInt32)),
+		TopP:        float32(p.TopP),
+		Seed:        seed,
+		Step:        step,
+	}
 }
 
-// sampler holds scratch space reused across steps by the scheduler
-// goroutine (never shared between goroutines).
-type sampler struct {
-	h     idxHeap
-	probs []float64
+// Greedy reports whether c reduces to argmax: no positive temperature, or
+// top-k of one.
+func (c TokenChoice) Greedy() bool { return !(c.Temperature > 0) || c.TopK == 1 }
+
+// Sampler draws tokens from rows of logits on the host, by the same rule as
+// the device kernel (sample_f32 in engine/cuda/kernels): temperature, then
+// a top-k threshold (ties at the k-th logit kept), then the top-p nucleus
+// renormalised over the top-k survivors (ties at the cut kept), then one
+// uniform draw from SampleUniform(Seed, Step) walked over the kept tokens
+// in index order. A backend without device sampling gets the same tokens as
+// one with it, up to float rounding at a boundary. A Sampler keeps scratch
+// space between calls; it is not safe for concurrent use.
+type Sampler struct {
+	h    idxHeap
+	kept []int32
+	w    []float64
 }
 
-// sample draws one token. NaN logits are never chosen; a row of only NaNs
-// yields token 0 rather than a panic (the backend is reporting garbage and
-// the output will show it).
-func (s *sampler) sample(logits []float32, p Sampling, rng *rand.Rand) int32 {
-	if len(logits) == 0 {
+// Sample draws the token c chooses from logits. NaN logits are never
+// chosen; a row of only NaNs or -Infs yields argmax's answer rather than a
+// panic (the backend is reporting garbage and the output will show it).
+func (s *Sampler) Sample(logits []float32, c TokenChoice) int32 {
+	V := len(logits)
+	if V == 0 {
 		return 0
 	}
-	if p.Greedy() || rng == nil {
+	if c.Greedy() {
 		return argmax(logits)
 	}
-	maxL := float32(math.Inf(-1))
+	maxL := math.Inf(-1)
 	for _, l := range logits {
-		if l > maxL {
-			maxL = l
+		if float64(l) > maxL {
+			maxL = float64(l)
 		}
 	}
-	if math.IsInf(float64(maxL), -1) {
+	if math.IsInf(maxL, -1) {
 		return argmax(logits)
 	}
-	invT := 1 / p.Temperature
-	weight := func(l float32) float64 {
-		if l != l { // NaN
-			return 0
-		}
-		return math.Exp(float64(l-maxL) * invT)
-	}
-	topP := p.TopP
+	invT := 1 / float64(c.Temperature)
+	weight := func(l float32) float64 { return math.Exp((float64(l) - maxL) * invT) }
+	// Tokens with a logit >= tau are kept (a NaN compares false: never).
+	tau := float32(math.Inf(-1))
+	k := int(c.TopK)
+	topK := k > 0 && k < V
+	topP := float64(c.TopP)
 	if topP <= 0 || topP >= 1 {
 		topP = 1
 	}
-	if p.TopK <= 0 && topP == 1 {
-		// Plain temperature sampling: the weights are kept from the
-		// pass that sums them (exp is most of the cost), then drawn.
-		s.probs = s.probs[:0]
-		var z float64
-		for _, l := range logits {
-			w := weight(l)
-			s.probs = append(s.probs, w)
-			z += w
+	if topK || topP < 1 {
+		// Only the head of the distribution matters, so select it with a
+		// bounded heap instead of sorting the whole vocabulary (151k
+		// entries for Qwen, every step, for every sequence).
+		h := k
+		if !topK {
+			h = min(64, V)
 		}
-		u := rng.Float64() * z
-		var acc float64
-		last := int32(0)
-		for i, w := range s.probs {
-			if w == 0 {
-				continue
+		for {
+			idx := s.top(logits, h)
+			if len(idx) == 0 {
+				return argmax(logits)
 			}
-			acc += w
-			last = int32(i)
-			if acc > u {
-				return int32(i)
+			if topK {
+				tau = logits[idx[len(idx)-1]]
 			}
-		}
-		return last
-	}
-	// Top-k / top-p: only the head of the distribution matters, so select
-	// it with a bounded heap instead of sorting the whole vocabulary (151k
-	// entries for Qwen, every step, for every sequence).
-	var zAll float64
-	if p.TopK <= 0 {
-		for _, l := range logits {
-			zAll += weight(l)
-		}
-	}
-	k := p.TopK
-	if k <= 0 || k > len(logits) {
-		k = min(64, len(logits))
-	}
-	for {
-		idx := s.top(logits, k)
-		z := zAll
-		s.probs = s.probs[:0]
-		var zk float64
-		for _, i := range idx {
-			w := weight(logits[i])
-			s.probs = append(s.probs, w)
-			zk += w
-		}
-		if p.TopK > 0 {
-			z = zk // top-k renormalises over the kept tokens
-		}
-		cut := len(idx)
-		if topP < 1 {
+			if topP == 1 {
+				break
+			}
+			var z float64
+			for _, l := range logits {
+				if l >= tau {
+					z += weight(l)
+				}
+			}
+			need := topP * z
 			var acc float64
-			cut = -1
-			for j, w := range s.probs {
-				acc += w
-				if acc >= topP*z {
-					cut = j + 1
+			cut, found := tau, false
+			for _, i := range idx {
+				acc += weight(logits[i])
+				if acc >= need {
+					cut, found = logits[i], true
 					break
 				}
 			}
-			if cut < 0 {
-				if p.TopK <= 0 && k < len(logits) {
-					k *= 8
-					if k*4 > len(logits) {
-						k = len(logits) // selecting most of it: take all
-					}
-					continue // the nucleus is wider than the head we took
+			if !found && !topK && h < V {
+				h *= 8
+				if h*4 > V {
+					h = V // selecting most of it: take all
 				}
-				cut = len(idx)
+				continue // the nucleus is wider than the head we took
 			}
+			tau = max(tau, cut)
+			break
 		}
-		var zc float64
-		for _, w := range s.probs[:cut] {
-			zc += w
-		}
-		u := rng.Float64() * zc
-		var acc float64
-		for j, w := range s.probs[:cut] {
-			acc += w
-			if acc > u {
-				return idx[j]
-			}
-		}
-		return idx[cut-1]
 	}
+	s.kept, s.w = s.kept[:0], s.w[:0]
+	var total float64
+	for i, l := range logits {
+		if !(l >= tau) {
+			continue
+		}
+		if w := weight(l); w > 0 {
+			s.kept = append(s.kept, int32(i))
+			s.w = append(s.w, w)
+			total += w
+		}
+	}
+	if len(s.kept) == 0 {
+		return argmax(logits)
+	}
+	target := float64(SampleUniform(c.Seed, c.Step)) * total
+	var acc float64
+	for j, w := range s.w {
+		acc += w
+		if acc > target {
+			return s.kept[j]
+		}
+	}
+	return s.kept[len(s.kept)-1] // rounding pushed the target past the end
 }
 
 // argmax returns the first index of the largest non-NaN logit.
@@ -191,7 +190,7 @@ func argmax(logits []float32) int32 {
 // top returns the indices of the k largest logits, largest first, ties by
 // lower index (so the result is deterministic). It keeps a bounded min-heap
 // of the best k seen so far: O(V log k) without allocating.
-func (s *sampler) top(logits []float32, k int) []int32 {
+func (s *Sampler) top(logits []float32, k int) []int32 {
 	h := &s.h
 	h.logits, h.idx = logits, h.idx[:0]
 	for i, l := range logits {
@@ -267,4 +266,26 @@ func (h *idxHeap) down(j int) {
 		h.idx[j], h.idx[m] = h.idx[m], h.idx[j]
 		j = m
 	}
+}
+
+// logprob is the natural-log probability of token tok under the softmax of
+// row (temperature 1, no filters: what OpenAI's logprobs report). NaN
+// entries count as absent.
+func logprob(row []float32, tok int32) float32 {
+	if tok < 0 || int(tok) >= len(row) {
+		return float32(math.NaN())
+	}
+	maxL := math.Inf(-1)
+	for _, l := range row {
+		if float64(l) > maxL {
+			maxL = float64(l)
+		}
+	}
+	var z float64
+	for _, l := range row {
+		if l == l {
+			z += math.Exp(float64(l) - maxL)
+		}
+	}
+	return float32(float64(row[tok]) - maxL - math.Log(z))
 }

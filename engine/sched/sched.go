@@ -24,6 +24,12 @@ type Config struct {
 	// MaxSeqLen is the model's context length: prompt plus generated
 	// tokens never exceed it (required).
 	MaxSeqLen int
+	// NoPrefixCache turns prefix caching off. With it on (the default),
+	// every full KV block a sequence computes is kept under a hash of its
+	// tokens and everything before them, and a later request that starts
+	// with the same blocks shares them read-only instead of prefilling
+	// them again (see package kvcache).
+	NoPrefixCache bool
 }
 
 // Request is one generation request in token ids.
@@ -37,6 +43,10 @@ type Request struct {
 	// StopTokens end the request when sampled (the token is counted in
 	// CompletionTokens but not delivered).
 	StopTokens []int32
+	// Logprobs asks for each token's log-probability (Token.Logprob). It
+	// costs a row of logits copied back from the backend per token, which
+	// a device-sampling backend otherwise never sends.
+	Logprobs bool
 }
 
 // ErrStopped is returned by Submit after Run has ended.
@@ -66,8 +76,10 @@ type Scheduler struct {
 	running []*seq
 	waiting []*seq
 	bySeq   map[uint64]*seq
-	smp     sampler
-	smps    []*sampler // per-worker scratch for parallel sampling
+	tokBE   TokenBackend // be, when it samples on the device; else nil
+	copier  BlockCopier  // be, when it can copy KV blocks; else nil
+	smp     Sampler
+	smps    []*Sampler // per-worker scratch for parallel sampling
 	rows    [][]float32
 
 	m counters
@@ -80,11 +92,12 @@ type seq struct {
 	stream   *Stream
 	tokens   []int32 // prompt then generated tokens
 	computed int     // positions already in the KV cache
-	rng      *rand.Rand
+	seed     uint64  // the request's seed, or a random one when it gave none
 	res      Result
 	lastTok  time.Time
 	stepMark uint64 // step number this sequence was last scheduled in
 	running  bool   // in s.running (holds KV blocks)
+	admitted bool   // admitted at least once (Result.CachedTokens is set)
 }
 
 // New creates a scheduler over be with a block manager sized to the
@@ -110,8 +123,10 @@ func New(be Backend, cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sched: backend %s reports an unusable KV pool: %w", be.Name(), err)
 	}
+	tb, _ := be.(TokenBackend)
+	cp, _ := be.(BlockCopier)
 	return &Scheduler{
-		be: be, kv: kv, cfg: cfg, vocab: be.VocabSize(),
+		be: be, tokBE: tb, copier: cp, kv: kv, cfg: cfg, vocab: be.VocabSize(),
 		wake: make(chan struct{}, 1), bySeq: map[uint64]*seq{},
 		m: counters{finished: map[FinishReason]uint64{}},
 	}, nil
@@ -143,11 +158,10 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	s.nextID++
 	id := s.nextID
 	sq := &seq{id: id, req: r, stream: newStream(id), tokens: append(make([]int32, 0, len(r.Prompt)+min(r.MaxTokens, 1024)), r.Prompt...)}
-	seed := r.Sampling.Seed
+	sq.seed = uint64(r.Sampling.Seed)
 	if !r.Sampling.Seeded {
-		seed = int64(rand.Uint64())
+		sq.seed = rand.Uint64()
 	}
-	sq.rng = newRNG(seed)
 	sq.res = Result{PromptTokens: len(r.Prompt), Submitted: now}
 	s.incoming = append(s.incoming, sq)
 	s.mu.Unlock()
@@ -221,7 +235,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 		step++
-		b, owners := s.schedule(step)
+		b, owners := s.schedule(ctx, step)
 		s.publish()
 		if len(b.Seqs) == 0 && len(s.running) == 0 && len(s.waiting) > 0 {
 			// An empty pool cannot hold the head of the queue: it never
@@ -267,7 +281,7 @@ func (s *Scheduler) intake() {
 
 // schedule builds one step: running decodes first (one token each), then
 // running prefills, then new admissions, all inside the token budget.
-func (s *Scheduler) schedule(step uint64) (*Batch, []*seq) {
+func (s *Scheduler) schedule(ctx context.Context, step uint64) (*Batch, []*seq) {
 	budget := s.cfg.MaxBatchedTokens
 	b := &Batch{}
 	var owners []*seq
@@ -303,20 +317,95 @@ func (s *Scheduler) schedule(step uint64) (*Batch, []*seq) {
 		if sq.stepMark == step {
 			break // preempted in this very step; readmitting it would thrash
 		}
+		hitBlocks := s.attachPrefix(ctx, sq)
 		n := min(len(sq.tokens)-sq.computed, budget)
 		if s.kv.Needed(sq.id, sq.computed+n) > s.kv.Free() {
+			s.detach(sq)
 			break // first come, first served: wait for blocks to free up
 		}
 		table, err := s.kv.Ensure(sq.id, sq.computed+n)
 		if err != nil {
+			s.detach(sq)
 			break
 		}
+		s.countPrefix(sq, hitBlocks)
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, sq)
 		sq.running = true
 		add(sq, n, table)
 	}
 	return b, owners
+}
+
+// attachPrefix gives a sequence about to be admitted (holding no blocks)
+// the cached blocks that already hold a prefix of its tokens, and starts its
+// prefill after them. It returns how many cached blocks it shares.
+//
+// At least the last token must run, for its logits. When every block of
+// the sequence is cached, that token's position lies in a shared block: the
+// sequence gets a private copy of that block (BlockCopier) and recomputes
+// only the last token into it; without a copier, or if the copy fails, it
+// recomputes the whole last block in a block of its own.
+func (s *Scheduler) attachPrefix(ctx context.Context, sq *seq) int {
+	if s.cfg.NoPrefixCache || sq.computed != 0 {
+		return 0
+	}
+	bs := s.kv.BlockSize()
+	blocks := s.kv.Match(sq.tokens)
+	boundary := len(blocks) > 0 && len(blocks)*bs == len(sq.tokens)
+	if boundary && s.copier == nil {
+		blocks, boundary = blocks[:len(blocks)-1], false
+	}
+	if len(blocks) == 0 {
+		return 0
+	}
+	n, err := s.kv.Attach(sq.id, blocks)
+	if err != nil || n == 0 {
+		return 0
+	}
+	sq.computed = n * bs
+	if !boundary || n < len(blocks) {
+		return n
+	}
+	src, dst, err := s.kv.Fork(sq.id, n-1)
+	if err != nil {
+		// No block to copy into: the pool is full, so this admission
+		// cannot go ahead anyway.
+		s.detach(sq)
+		return 0
+	}
+	if err := s.copier.CopyBlocks(ctx, []int32{src}, []int32{dst}); err != nil {
+		sq.computed = (n - 1) * bs // recompute the block into the copy
+		return n - 1
+	}
+	sq.computed = len(sq.tokens) - 1
+	return n
+}
+
+// detach undoes attachPrefix for a sequence that could not be admitted.
+func (s *Scheduler) detach(sq *seq) {
+	s.kv.Release(sq.id)
+	sq.computed = 0
+}
+
+// countPrefix records an admission's prefix-cache hit (the positions it
+// skips) and miss (the prompt positions it computes) in the metrics, and
+// the first admission's hit in the request's result.
+func (s *Scheduler) countPrefix(sq *seq, hitBlocks int) {
+	if !sq.admitted {
+		sq.admitted = true
+		sq.res.CachedTokens = sq.computed
+	}
+	if s.cfg.NoPrefixCache {
+		return
+	}
+	full := len(sq.tokens) / s.kv.BlockSize()
+	s.m.mu.Lock()
+	s.m.prefixHitTokens += uint64(sq.computed)
+	s.m.prefixMissTokens += uint64(len(sq.tokens) - sq.computed)
+	s.m.prefixHitBlocks += uint64(hitBlocks)
+	s.m.prefixMissBlocks += uint64(max(full-hitBlocks, 0))
+	s.m.mu.Unlock()
 }
 
 // grow secures KV blocks for n more positions of sq, preempting the newest
@@ -383,18 +472,39 @@ func (s *Scheduler) removeWaiting(sq *seq) {
 	}
 }
 
-// forward runs the step and turns logits into tokens.
+// forward runs the step and turns its output into tokens: through the
+// backend's own sampling when it has it (only token ids come back, plus
+// logits rows for requests that asked for logprobs), else from logits rows
+// sampled here.
 func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	for len(s.rows) < len(b.Seqs) {
 		s.rows = append(s.rows, make([]float32, s.vocab))
 	}
 	logits := make([][]float32, len(b.Seqs))
-	for i, c := range b.Seqs {
-		if c.WantLogits {
-			logits[i] = s.rows[i]
+	var toks []int32
+	var err error
+	if s.tokBE != nil {
+		choice := make([]TokenChoice, len(b.Seqs))
+		toks = make([]int32, len(b.Seqs))
+		for i, c := range b.Seqs {
+			if !c.WantLogits {
+				continue
+			}
+			sq := owners[i]
+			choice[i] = sq.choice()
+			if sq.req.Logprobs {
+				logits[i] = s.rows[i]
+			}
 		}
+		err = s.tokBE.ForwardTokens(ctx, b, choice, toks, logits)
+	} else {
+		for i, c := range b.Seqs {
+			if c.WantLogits {
+				logits[i] = s.rows[i]
+			}
+		}
+		err = s.be.Forward(ctx, b, logits)
 	}
-	err := s.be.Forward(ctx, b, logits)
 	s.m.mu.Lock()
 	s.m.steps++
 	s.m.mu.Unlock()
@@ -408,17 +518,30 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 		return
 	}
 	now := time.Now()
-	toks := s.sampleAll(b, owners, logits)
+	if s.tokBE == nil {
+		toks = s.sampleAll(b, owners, logits)
+	}
 	for i, c := range b.Seqs {
 		sq := owners[i]
 		if s.bySeq[sq.id] != sq {
 			continue // ended during the step
 		}
 		sq.computed += len(c.Tokens)
+		if !s.cfg.NoPrefixCache {
+			s.kv.Commit(sq.id, sq.tokens, sq.computed)
+		}
 		if !c.WantLogits {
 			continue
 		}
 		tok := toks[i]
+		if tok < 0 || int(tok) >= s.vocab {
+			s.end(sq, FinishError, fmt.Errorf("backend %s chose token %d outside the vocabulary [0, %d)", s.be.Name(), tok, s.vocab))
+			continue
+		}
+		out := Token{ID: tok, Time: now}
+		if sq.req.Logprobs {
+			out.Logprob = logprob(logits[i], tok)
+		}
 		sq.tokens = append(sq.tokens, tok)
 		sq.res.CompletionTokens++
 		// Counted before the token is delivered, so that a client that
@@ -437,7 +560,7 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			s.end(sq, FinishStop, nil)
 			continue
 		}
-		sq.stream.push(Token{ID: tok, Time: now})
+		sq.stream.push(out)
 		switch {
 		case sq.res.CompletionTokens >= sq.req.MaxTokens:
 			s.end(sq, FinishLength, nil)
@@ -447,11 +570,18 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	}
 }
 
+// choice is how sq's next token is drawn: its index in the request's
+// output names the random number, so a recompute after preemption draws
+// the same token.
+func (sq *seq) choice() TokenChoice {
+	return sq.req.Sampling.choice(sq.seed, uint64(sq.res.CompletionTokens))
+}
+
 // sampleAll draws the next token of every chunk that asked for logits.
 // Random sampling over a large vocabulary costs milliseconds per row (an
 // exp per entry) while the backend sits idle, so rows are spread over
-// GOMAXPROCS workers; each sequence has its own generator, so the tokens do
-// not depend on which worker drew them.
+// GOMAXPROCS workers; the draw depends only on the row and the request's
+// (seed, step), so the tokens do not depend on which worker drew them.
 func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int32 {
 	toks := make([]int32, len(b.Seqs))
 	var random []int
@@ -459,7 +589,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 		if !c.WantLogits {
 			continue
 		}
-		if owners[i].req.Sampling.Greedy() {
+		if owners[i].choice().Greedy() {
 			toks[i] = argmax(logits[i])
 		} else {
 			random = append(random, i)
@@ -467,11 +597,11 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(random))
 	for len(s.smps) < workers {
-		s.smps = append(s.smps, &sampler{})
+		s.smps = append(s.smps, &Sampler{})
 	}
 	if workers <= 1 {
 		for _, i := range random {
-			toks[i] = s.smp.sample(logits[i], owners[i].req.Sampling, owners[i].rng)
+			toks[i] = s.smp.Sample(logits[i], owners[i].choice())
 		}
 		return toks
 	}
@@ -482,7 +612,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 			defer wg.Done()
 			for j := w; j < len(random); j += workers {
 				i := random[j]
-				toks[i] = s.smps[w].sample(logits[i], owners[i].req.Sampling, owners[i].rng)
+				toks[i] = s.smps[w].Sample(logits[i], owners[i].choice())
 			}
 		}()
 	}
@@ -545,6 +675,9 @@ func (s *Scheduler) Metrics() Metrics {
 	return Metrics{
 		Running: s.m.running, Waiting: s.m.waiting,
 		KVUsed: s.kv.Used(), KVTotal: s.kv.Total(), KVBlockSize: s.kv.BlockSize(),
+		KVCached: s.kv.Cached(), KVEvictions: s.kv.Evictions(), PrefixCaching: !s.cfg.NoPrefixCache,
+		PrefixHitTokens: s.m.prefixHitTokens, PrefixMissTokens: s.m.prefixMissTokens,
+		PrefixHitBlocks: s.m.prefixHitBlocks, PrefixMissBlocks: s.m.prefixMissBlocks,
 		PromptTokens: s.m.prompt, GeneratedTokens: s.m.generated,
 		Requests: fin, Preemptions: s.m.preemptions, Steps: s.m.steps,
 		TTFT: s.m.ttft.snapshot(), ITL: s.m.itl.snapshot(),

@@ -27,6 +27,9 @@ const (
 type Token struct {
 	ID   int32
 	Time time.Time
+	// Logprob is the token's natural-log probability under the model's
+	// distribution; set only for requests with Logprobs.
+	Logprob float32
 }
 
 // Result is a request's outcome, complete once Recv returned io.EOF.
@@ -45,6 +48,9 @@ type Result struct {
 	// Preemptions counts how often the request lost its KV blocks to
 	// others and was recomputed.
 	Preemptions int
+	// CachedTokens is how many prompt positions the request found in the
+	// prefix cache when first admitted (their prefill was skipped).
+	CachedTokens int
 }
 
 // Stream delivers one request's tokens. The scheduler never blocks on it:

@@ -53,6 +53,9 @@ type Options struct {
 	MaxBatch int
 	// MaxBatchedTokens is the per-step token budget (default 256).
 	MaxBatchedTokens int
+	// NoPrefixCache turns off prefix caching (on by default: requests
+	// that share whole KV blocks of prompt reuse them).
+	NoPrefixCache bool
 	// MaxSeqLen is the context length (default: the model's, at most
 	// defaultMaxContext; it may go up to the model's own limit).
 	MaxSeqLen int
@@ -244,7 +247,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.KVTouchGiB > 0 {
 		touched = touchPool(o.KVTouchGiB)
 	}
-	s, err := sched.New(be, sched.Config{MaxBatch: o.MaxBatch, MaxBatchedTokens: o.MaxBatchedTokens, MaxSeqLen: maxSeq})
+	s, err := sched.New(be, sched.Config{MaxBatch: o.MaxBatch, MaxBatchedTokens: o.MaxBatchedTokens, MaxSeqLen: maxSeq, NoPrefixCache: o.NoPrefixCache})
 	if err != nil {
 		return fmt.Errorf("create the scheduler: %w", err)
 	}
@@ -292,7 +295,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("the server did not answer its own health check on %s: %w", addr, err)
 	}
 	em.stage(trace.StageHTTPReady, hStart, time.Now(), trace.Attrs{"addr": addr})
-	em.log.Printf("serving %s on %s: %d KV blocks × %d positions, context %d, max batch %d", o.ModelID, be.Name(), blocks, o.BlockSize, maxSeq, o.MaxBatch)
+	em.log.Printf("serving %s on %s: %d KV blocks × %d positions, context %d, max batch %d, prefix cache %s", o.ModelID, be.Name(), blocks, o.BlockSize, maxSeq, o.MaxBatch, map[bool]string{false: "on", true: "off"}[o.NoPrefixCache])
 	em.log.Printf("listening on http://%s", addr)
 	if o.Ready != nil {
 		o.Ready(addr)

@@ -219,9 +219,16 @@ func (r completionRequest) prompt() (promptInput, error) {
 
 // usage is the OpenAI usage object.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *promptDetail `json:"prompt_tokens_details,omitempty"`
+}
+
+// promptDetail is OpenAI's usage.prompt_tokens_details: cached_tokens is how
+// many prompt tokens came from the prefix cache (their prefill skipped).
+type promptDetail struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 type completionChoice struct {

@@ -209,3 +209,93 @@ func parseProm(t *testing.T, text string) map[string]float64 {
 	}
 	return out
 }
+
+// A repeated long prompt is served from the prefix cache: the response's
+// usage says how many prompt tokens were cached (OpenAI's
+// prompt_tokens_details.cached_tokens) and /metrics counts the hit.
+func TestPrefixCacheInUsageAndMetrics(t *testing.T) {
+	e := newEnv(t, &fakeBackend{}, "")
+	prompt := strings.Repeat("the same long system prompt for every client; ", 6)
+	body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":4}`, modelID, prompt)
+	type resp struct {
+		Text  string `json:"-"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+			Details      *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	var first, second resp
+	post(t, e.url+"/v1/completions", body, 200, &first)
+	post(t, e.url+"/v1/completions", body, 200, &second)
+	if first.Usage.Details == nil || first.Usage.Details.CachedTokens != 0 {
+		t.Fatalf("first request: usage %+v, want 0 cached tokens reported", first.Usage)
+	}
+	n := second.Usage.PromptTokens
+	if n < 16 || second.Usage.Details == nil || second.Usage.Details.CachedTokens < n-8 || second.Usage.Details.CachedTokens >= n {
+		t.Fatalf("second request: %d prompt tokens, usage %+v; want all but the last block's worth cached", n, second.Usage.Details)
+	}
+	e.waitNoBlocks(t)
+	resp2, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	b, _ := io.ReadAll(resp2.Body)
+	vals := parseProm(t, string(b))
+	hit := vals[`treni_prefix_cache_hit_tokens_total{model_name="test-model"}`]
+	miss := vals[`treni_prefix_cache_miss_tokens_total{model_name="test-model"}`]
+	if hit != float64(second.Usage.Details.CachedTokens) || hit+miss != float64(2*n) {
+		t.Fatalf("metrics: hit %v miss %v, want %d hit of %d", hit, miss, second.Usage.Details.CachedTokens, 2*n)
+	}
+	if vals[`treni_prefix_cache_hit_blocks_total{model_name="test-model"}`] == 0 || vals[`treni_kv_blocks_cached{model_name="test-model"}`] == 0 {
+		t.Fatalf("block metrics missing or zero:\n%s", b)
+	}
+}
+
+// 64 concurrent streaming clients behind one long shared system prompt (the
+// prefix cache's case) all get their full output, the cache is hit, and no
+// KV block is left held.
+func TestSixtyFourStreamsSharedPrefix(t *testing.T) {
+	e := newEnv(t, &fakeBackend{}, "")
+	c := e.client()
+	const clients, maxTok = 64, 16
+	system := strings.Repeat("You are a careful assistant who answers briefly. ", 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prompt := fmt.Sprintf("%sQuestion %d?", system, i)
+			want := e.tok.Decode(expected(e.tok.Encode(prompt), maxTok))
+			stream := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{
+				Model: modelID, Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)},
+				MaxTokens: openai.Int(maxTok), Temperature: openai.Float(0),
+			})
+			var text strings.Builder
+			for stream.Next() {
+				for _, ch := range stream.Current().Choices {
+					text.WriteString(ch.Text)
+				}
+			}
+			if err := stream.Err(); err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+				return
+			}
+			if text.String() != want {
+				errs <- fmt.Errorf("client %d: text %q, want %q", i, text.String(), want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	e.waitNoBlocks(t)
+	if m := e.s.Metrics(); m.PrefixHitBlocks == 0 || m.GeneratedTokens != clients*maxTok {
+		t.Fatalf("metrics: %d prefix blocks hit, %d tokens generated", m.PrefixHitBlocks, m.GeneratedTokens)
+	}
+}

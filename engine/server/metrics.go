@@ -31,13 +31,24 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	gauge("treni_num_requests_running", "Requests in the running batch.", float64(m.Running))
 	gauge("treni_num_requests_waiting", "Requests queued for admission.", float64(m.Waiting))
-	gauge("treni_kv_blocks_used", "KV cache blocks allocated to sequences.", float64(m.KVUsed))
+	gauge("treni_kv_blocks_used", "KV cache blocks held by sequences (a shared prefix block counts once).", float64(m.KVUsed))
 	gauge("treni_kv_blocks_total", "KV cache blocks in the pool.", float64(m.KVTotal))
 	gauge("treni_kv_block_size", "Token positions per KV block.", float64(m.KVBlockSize))
 	counter("treni_generation_tokens_total", "Tokens generated.", float64(m.GeneratedTokens))
 	counter("treni_prompt_tokens_total", "Prompt tokens received.", float64(m.PromptTokens))
 	counter("treni_preemptions_total", "Sequences preempted for lack of KV blocks.", float64(m.Preemptions))
 	counter("treni_steps_total", "Forward steps run.", float64(m.Steps))
+	if m.PrefixCaching {
+		// Hits and misses split every admission's positions (a preempted
+		// request's readmission too), like vLLM's prefix_cache_hits and
+		// prefix_cache_queries: hit rate = hits / (hits + misses).
+		gauge("treni_kv_blocks_cached", "KV blocks in the prefix cache, held by a sequence or evictable.", float64(m.KVCached))
+		counter("treni_prefix_cache_hit_tokens_total", "Prompt positions found in the prefix cache at admission (their prefill skipped).", float64(m.PrefixHitTokens))
+		counter("treni_prefix_cache_miss_tokens_total", "Prompt positions not in the prefix cache at admission (computed).", float64(m.PrefixMissTokens))
+		counter("treni_prefix_cache_hit_blocks_total", "Full KV blocks found in the prefix cache at admission.", float64(m.PrefixHitBlocks))
+		counter("treni_prefix_cache_miss_blocks_total", "Full KV blocks of admitted prompts not in the prefix cache.", float64(m.PrefixMissBlocks))
+		counter("treni_prefix_cache_evictions_total", "Cached KV blocks evicted to make room.", float64(m.KVEvictions))
+	}
 	fmt.Fprintf(b, "# HELP treni_request_finished_total Finished requests by finish reason.\n# TYPE treni_request_finished_total counter\n")
 	reasons := []string{string(sched.FinishStop), string(sched.FinishLength), string(sched.FinishCancelled), string(sched.FinishError)}
 	for k := range m.Requests {

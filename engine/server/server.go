@@ -429,6 +429,12 @@ func (srv *Server) run(w http.ResponseWriter, r *http.Request, j job, chat bool)
 	srv.runStream(ctx, w, r, st, out, j, chat, id, created)
 }
 
+// newUsage is a request's usage block from its prompt and result.
+func newUsage(prompt int, res sched.Result) *usage {
+	return &usage{PromptTokens: prompt, CompletionTokens: res.CompletionTokens, TotalTokens: prompt + res.CompletionTokens,
+		PromptTokensDetails: &promptDetail{CachedTokens: res.CachedTokens}}
+}
+
 // finish maps the scheduler's outcome and the stop-string state to an
 // OpenAI finish_reason.
 func finishReason(res sched.Result, stopped bool) string {
@@ -460,15 +466,15 @@ func (srv *Server) runPlain(ctx context.Context, w http.ResponseWriter, r *http.
 		srv.fail(w, r, &apiError{status: 500, Message: fmt.Sprintf("generation failed: %v", res.Err), Type: "server_error"})
 		return
 	}
-	u := usage{PromptTokens: len(j.req.Prompt), CompletionTokens: res.CompletionTokens, TotalTokens: len(j.req.Prompt) + res.CompletionTokens}
+	u := newUsage(len(j.req.Prompt), res)
 	fr := finishReason(res, out.stopped)
 	if chat {
 		writeJSON(w, 200, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: srv.opt.ModelID,
-			Choices: []chatChoice{{Message: chatOutMessage{Role: "assistant", Content: text.String()}, FinishReason: fr}}, Usage: u})
+			Choices: []chatChoice{{Message: chatOutMessage{Role: "assistant", Content: text.String()}, FinishReason: fr}}, Usage: *u})
 		return
 	}
 	writeJSON(w, 200, completionResponse{ID: id, Object: "text_completion", Created: created, Model: srv.opt.ModelID,
-		Choices: []completionChoice{{Text: text.String(), FinishReason: &fr}}, Usage: &u})
+		Choices: []completionChoice{{Text: text.String(), FinishReason: &fr}}, Usage: u})
 }
 
 func (srv *Server) runStream(ctx context.Context, w http.ResponseWriter, r *http.Request, st *sched.Stream, out *textOut, j job, chat bool, id string, created int64) {
@@ -544,7 +550,7 @@ func (srv *Server) runStream(ctx context.Context, w http.ResponseWriter, r *http
 		return
 	}
 	if j.includeUsage {
-		u := &usage{PromptTokens: len(j.req.Prompt), CompletionTokens: res.CompletionTokens, TotalTokens: len(j.req.Prompt) + res.CompletionTokens}
+		u := newUsage(len(j.req.Prompt), res)
 		var v any
 		if chat {
 			v = chatChunk{ID: id, Object: object, Created: created, Model: srv.opt.ModelID, Choices: []chatChunkChoice{}, Usage: u}
