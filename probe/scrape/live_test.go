@@ -63,22 +63,28 @@ func TestLiveBuiltInEngine(t *testing.T) {
 	runDone := make(chan error, 1)
 	go func() { runDone <- s.Run(sctx, sink, trace.NewClock(), 0, 5*time.Millisecond) }()
 
-	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
-	req.Header.Set("Authorization", "Bearer k")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("chat: %s", resp.Status)
+	// The same long prompt twice: the second finds its full KV blocks in
+	// the engine's prefix cache, so the page's hit counters move.
+	prompt := strings.Repeat("the first request to a cold server is slow ", 12)
+	for range 2 {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"`+prompt+`"}],"max_tokens":4}`))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("chat: %s", resp.Status)
+		}
 	}
 
 	seen := map[string]bool{}
-	var ttft, count float64
+	var ttft, count, hitRatio float64
 	deadline := time.After(time.Minute)
-	for !(seen[trace.MetricServerTTFTMean] && seen[trace.MetricServerRunning] && seen[trace.MetricServerKVUsage]) {
+	for !(seen[trace.MetricServerTTFTMean] && seen[trace.MetricServerRunning] && seen[trace.MetricServerKVUsage] && hitRatio > 0) {
 		select {
 		case e := <-events:
 			if e.Kind != trace.KindSample || e.Sample.Source != trace.SourceServer {
@@ -91,6 +97,11 @@ func TestLiveBuiltInEngine(t *testing.T) {
 					ttft = v
 				case trace.MetricServerTTFTCount:
 					count += v
+				case trace.MetricServerPrefixHitRate:
+					if v < 0 || v > 1 {
+						t.Errorf("prefix hit ratio %v outside 0–1", v)
+					}
+					hitRatio = max(hitRatio, v)
 				case trace.MetricServerKVUsage:
 					if v < 0 || v > 1 {
 						t.Errorf("kv usage %v outside 0–1", v)
@@ -98,13 +109,13 @@ func TestLiveBuiltInEngine(t *testing.T) {
 				}
 			}
 		case <-deadline:
-			t.Fatalf("no server TTFT/running/KV samples within a minute; saw %v", seen)
+			t.Fatalf("no server TTFT/running/KV/prefix-hit samples within a minute; saw %v, hit ratio %v", seen, hitRatio)
 		}
 	}
 	stop()
 	<-runDone
-	if ttft <= 0 || count != 1 {
-		t.Errorf("server TTFT %v over %v requests, want one request with a positive TTFT", ttft, count)
+	if ttft <= 0 || count != 2 {
+		t.Errorf("server TTFT %v over %v requests, want two requests with a positive TTFT", ttft, count)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -55,6 +55,7 @@ type names struct {
 	ttft, itl, queue           []string
 	running, waiting, kv       []string
 	prefixHits, prefixQueries  []string
+	prefixMisses               []string // queries = hits + misses where a page counts misses instead
 	prefixRate, startup        []string
 	itlSecondsTotal, itlTokens string // llama.cpp: TPOT from two counters
 	kvUsed, kvTotal            string // the built-in engine: usage from blocks
@@ -108,14 +109,14 @@ var familyNames = map[Family]names{
 		itlTokens:       "llamacpp:tokens_predicted_total",
 	},
 	FamilyTreni: {
-		ttft:          []string{"treni_time_to_first_token_seconds"},
-		itl:           []string{"treni_inter_token_latency_seconds"},
-		running:       []string{"treni_num_requests_running"},
-		waiting:       []string{"treni_num_requests_waiting"},
-		prefixHits:    []string{"treni_prefix_cache_hits_total"},
-		prefixQueries: []string{"treni_prefix_cache_queries_total"},
-		kvUsed:        "treni_kv_blocks_used",
-		kvTotal:       "treni_kv_blocks_total",
+		ttft:         []string{"treni_time_to_first_token_seconds"},
+		itl:          []string{"treni_inter_token_latency_seconds"},
+		running:      []string{"treni_num_requests_running"},
+		waiting:      []string{"treni_num_requests_waiting"},
+		prefixHits:   []string{"treni_prefix_cache_hit_tokens_total"},
+		prefixMisses: []string{"treni_prefix_cache_miss_tokens_total"},
+		kvUsed:       "treni_kv_blocks_used",
+		kvTotal:      "treni_kv_blocks_total",
 	},
 }
 
@@ -153,6 +154,9 @@ func ReadAs(p Page, f Family) Snapshot {
 	}
 	s.PrefixHits = p.first(n.prefixHits, sumSeries)
 	s.PrefixQueries = p.first(n.prefixQueries, sumSeries)
+	if miss := p.first(n.prefixMisses, sumSeries); !s.PrefixQueries.OK && miss.OK && s.PrefixHits.OK {
+		s.PrefixQueries = Value{s.PrefixHits.V + miss.V, true}
+	}
 	if !s.PrefixHits.OK {
 		// A queries counter alone (SGLang's prompt tokens) says nothing
 		// about the cache.
