@@ -537,21 +537,21 @@ func printProgress(w io.Writer, sub *trace.Subscription) {
 				for _, l := range strings.Split(tail, "\n") {
 					fmt.Fprintf(w, "    | %s\n", l)
 				}
-			case runner.MarkerRunFailed, runner.MarkerActionRefused:
+			case trace.MarkerRunFailed, trace.MarkerActionRefused:
 				msg, _ := m.Attrs.String("error")
 				if msg == "" {
 					msg, _ = m.Attrs.String("reason")
 				}
 				line(e.At, e.Run, "%s: %s", m.Name, msg)
-			case runner.MarkerGPUStatus:
+			case trace.MarkerGPUStatus:
 				st, _ := m.Attrs.String("status")
 				line(e.At, e.Run, "gpu: %s", st)
-			case launch.MarkerKindDetected:
+			case trace.MarkerKindDetected:
 				k, _ := m.Attrs.String("server_kind")
 				line(e.At, e.Run, "server kind detected from its output: %s", k)
 			case trace.MarkerRunStart:
 				line(e.At, e.Run, "cold run %d: launching", e.Run)
-			case runner.MarkerAttached:
+			case trace.MarkerAttached:
 				line(e.At, e.Run, "attached (no cold start: the server was already running)")
 			}
 		}

@@ -43,11 +43,6 @@ const (
 	drainAfterExit = 500 * time.Millisecond
 )
 
-// MarkerKindDetected is emitted when the server kind is recognised from its
-// output after the process start event went out as unknown (attrs:
-// server_kind).
-const MarkerKindDetected = "server_kind_detected"
-
 // Spec says what to launch.
 type Spec struct {
 	// Command is the program and its arguments.
@@ -592,7 +587,7 @@ func (p *Process) line(stream, text string) {
 			p.kind = k
 			p.parser = p.parsers.New(k, p.clock)
 			pre = append(pre, trace.Event{At: at, Kind: trace.KindMarker, Marker: &trace.Marker{
-				Name: MarkerKindDetected, Attrs: trace.Attrs{"server_kind": k},
+				Name: trace.MarkerKindDetected, Attrs: trace.Attrs{"server_kind": k},
 			}})
 			// Re-read the lines seen so far with the right parser; their
 			// log events already went out unmarked.

@@ -332,7 +332,7 @@ func TestStageLinesBecomeSpans(t *testing.T) {
 	if !span || !marked {
 		t.Errorf("stage span %v, log line marked %v", span, marked)
 	}
-	if len(c.markers(MarkerKindDetected)) != 1 {
+	if len(c.markers(trace.MarkerKindDetected)) != 1 {
 		t.Errorf("kind detection not reported")
 	}
 }
