@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // ChromeEvent is one entry of a Chrome trace's traceEvents array, the JSON
@@ -92,7 +93,7 @@ func ExportChrome(s *Session) ([]byte, error) {
 			if name == "" {
 				name = q.ID
 			}
-			args := map[string]any{"phase": string(q.Phase), "ttft_ms": toMS(q.TTFT()), "e2e_ms": toMS(q.E2E()), "tokens": q.OutputTokens()}
+			args := map[string]any{"phase": string(q.Phase), "ttft_ms": stat.MS(q.TTFT()), "e2e_ms": stat.MS(q.E2E()), "tokens": q.OutputTokens()}
 			if q.Error != "" {
 				args["error"] = q.Error
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // Verdict is the outcome for one hypothesis of the diagnosis table.
@@ -168,11 +169,11 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	f := collectFacts(events, run)
 	a := run.Attribution
 	total := float64(run.ColdTotal())
-	d := Diagnosis{Run: run.Index, ColdTotalMS: toMS(run.ColdTotal()), Facts: f}
+	d := Diagnosis{Run: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), Facts: f}
 	rs := SummarizeRequests(run.Requests)
 	d.ColdPenalty = rs.ColdPenalty
 	if rs.WarmTTFT.N > 0 {
-		d.WarmBand = fmt.Sprintf("%s ms ± %.0f%%", fmtMS(rs.WarmTTFT.Median), 100*rs.WarmTTFT.Spread)
+		d.WarmBand = fmt.Sprintf("%s ms ± %.0f%%", stat.FormatMS(rs.WarmTTFT.Median), 100*rs.WarmTTFT.Spread)
 	}
 	dur := func(names ...trace.Stage) time.Duration {
 		var sum time.Duration
@@ -211,7 +212,7 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	}
 	residencyKnown := f.ResidentBefore >= 0
 	ioKnown := f.IOReadBytes >= 0 && f.WeightBytes > 0
-	coldCache := downloadS > 0 && toMS(loadTerm+uploadTerm) > 0 && downloadS*1000 >= 0.5*toMS(loadTerm+uploadTerm) ||
+	coldCache := downloadS > 0 && stat.MS(loadTerm+uploadTerm) > 0 && downloadS*1000 >= 0.5*stat.MS(loadTerm+uploadTerm) ||
 		residencyKnown && f.ResidentBefore < ColdResidency ||
 		!residencyKnown && ioKnown && f.IOReadBytes >= IOReadMatchesWeights*f.WeightBytes
 	warmCache := residencyKnown && f.ResidentBefore >= WarmResidency ||
@@ -234,10 +235,10 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		A.Evidence = append(A.Evidence, Evidence{"page cache grew", gb(f.CachedRise)})
 	}
 	if loadTerm > 0 {
-		A.Evidence = append(A.Evidence, Evidence{"page_cache stage", FormatDuration(loadTerm)})
+		A.Evidence = append(A.Evidence, Evidence{"page_cache stage", stat.FormatDuration(loadTerm)})
 	}
 	if uploadTerm > 0 {
-		B.Evidence = append(B.Evidence, Evidence{"upload/load stage", FormatDuration(uploadTerm)})
+		B.Evidence = append(B.Evidence, Evidence{"upload/load stage", stat.FormatDuration(uploadTerm)})
 	}
 	if f.HaveGPU {
 		B.Evidence = append(B.Evidence, Evidence{"GPU memory rise", gb(f.GPUMemRise)}, Evidence{"PCIe RX peak", fmt.Sprintf("%.1f GB/s", f.PCIeRXMax/1e9)})
@@ -245,12 +246,12 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	switch {
 	case coldCache:
 		// Storage reads sit inside every loading stage.
-		A.TermMS = toMS(loadTerm + uploadTerm)
+		A.TermMS = stat.MS(loadTerm + uploadTerm)
 	case warmCache:
 		// With the bytes in RAM, loading is moving them into the engine's
 		// resident memory: device memory on a GPU, the process's own
 		// mapping on CPU.
-		B.TermMS = toMS(loadTerm + uploadTerm)
+		B.TermMS = stat.MS(loadTerm + uploadTerm)
 	default:
 		switch {
 		case loadTerm+uploadTerm == 0:
@@ -273,10 +274,10 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	// not to E: E is the process's own start "before any device work".
 	C := rows["C"]
 	warmStages := []trace.Stage{trace.StageCUDAInit, trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup}
-	C.TermMS = toMS(dur(warmStages...))
+	C.TermMS = stat.MS(dur(warmStages...))
 	for _, n := range warmStages {
 		if t := dur(n); t > 0 {
-			C.Evidence = append(C.Evidence, Evidence{string(n), FormatDuration(t)})
+			C.Evidence = append(C.Evidence, Evidence{string(n), stat.FormatDuration(t)})
 		}
 	}
 	if rs.WarmTTFT.N >= 2 {
@@ -286,9 +287,9 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	// D: KV sizing at start plus first-request excess with a memory jump.
 	D := rows["D"]
 	kv := dur(trace.StageKVAlloc)
-	D.TermMS = toMS(kv)
+	D.TermMS = stat.MS(kv)
 	if kv > 0 {
-		D.Evidence = append(D.Evidence, Evidence{"kv_alloc", FormatDuration(kv)})
+		D.Evidence = append(D.Evidence, Evidence{"kv_alloc", stat.FormatDuration(kv)})
 		if s, ok := a.Stage(trace.StageKVAlloc); ok {
 			if b, ok := s.Attrs.Float(trace.AttrBytes); ok && b > 0 {
 				D.Evidence = append(D.Evidence, Evidence{"KV pool", gb(b)})
@@ -307,10 +308,10 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		if excess > 0 {
 			if jump >= FirstRequestMemJump {
 				D.TermMS += excess
-				D.Evidence = append(D.Evidence, Evidence{"cold_1 − warm median TTFT", fmtMS(excess) + " ms"}, Evidence{"memory jump on first request", gb(jump)})
+				D.Evidence = append(D.Evidence, Evidence{"cold_1 − warm median TTFT", stat.FormatMS(excess) + " ms"}, Evidence{"memory jump on first request", gb(jump)})
 			} else {
 				C.TermMS += excess
-				C.Evidence = append(C.Evidence, Evidence{"first-run overhead (cold_1 − warm median)", fmtMS(excess) + " ms"})
+				C.Evidence = append(C.Evidence, Evidence{"first-run overhead (cold_1 − warm median)", stat.FormatMS(excess) + " ms"})
 			}
 		}
 	}
@@ -320,10 +321,10 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	// (spawn → first output) from the launcher, and time no stage covers
 	// stays unattributed.
 	E := rows["E"]
-	E.TermMS = toMS(dur(trace.StageProcessStart, trace.StageRuntimeInit))
+	E.TermMS = stat.MS(dur(trace.StageProcessStart, trace.StageRuntimeInit))
 	for _, n := range []trace.Stage{trace.StageProcessStart, trace.StageRuntimeInit} {
 		if t := dur(n); t > 0 {
-			E.Evidence = append(E.Evidence, Evidence{string(n), FormatDuration(t)})
+			E.Evidence = append(E.Evidence, Evidence{string(n), stat.FormatDuration(t)})
 		}
 	}
 
@@ -338,10 +339,10 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	for _, code := range []string{"A", "B", "C", "D", "E"} {
 		h := rows[code]
 		if total > 0 {
-			h.Score = h.TermMS / toMS(time.Duration(total))
+			h.Score = h.TermMS / stat.MS(time.Duration(total))
 		}
 		if h.TermMS > 0 {
-			h.Evidence = append([]Evidence{{"term", fmt.Sprintf("%s ms = %s of cold", fmtMS(h.TermMS), pct(h.Score))}}, h.Evidence...)
+			h.Evidence = append([]Evidence{{"term", fmt.Sprintf("%s ms = %s of cold", stat.FormatMS(h.TermMS), pct(h.Score))}}, h.Evidence...)
 		}
 	}
 
@@ -436,7 +437,7 @@ func diagnoseQueueing(F *Hypothesis, reqs []trace.Request) {
 				n++
 			}
 		}
-		pts = append(pts, point{n, toMS(q.FirstToken)})
+		pts = append(pts, point{n, stat.MS(q.FirstToken)})
 	}
 	if len(pts) < 8 {
 		F.Verdict = VerdictInsufficient
@@ -455,14 +456,14 @@ func diagnoseQueueing(F *Hypothesis, reqs []trace.Request) {
 	for _, p := range pts[len(pts)-q:] {
 		hi = append(hi, p.ttft)
 	}
-	l, h := Summarize(lo).Median, Summarize(hi).Median
+	l, h := stat.Summarize(lo).Median, stat.Summarize(hi).Median
 	growth := 0.0
 	if l > 0 {
 		growth = h / l
 	}
 	F.Evidence = []Evidence{
-		{"TTFT at low concurrency", fmt.Sprintf("%s ms (≤%d in flight)", fmtMS(l), pts[q-1].inflight)},
-		{"TTFT at high concurrency", fmt.Sprintf("%s ms (≥%d in flight)", fmtMS(h), pts[len(pts)-q].inflight)},
+		{"TTFT at low concurrency", fmt.Sprintf("%s ms (≤%d in flight)", stat.FormatMS(l), pts[q-1].inflight)},
+		{"TTFT at high concurrency", fmt.Sprintf("%s ms (≥%d in flight)", stat.FormatMS(h), pts[len(pts)-q].inflight)},
 		{"growth", fmt.Sprintf("%.1f×", growth)},
 	}
 	F.Score = growth / (growth + QueueingGrowth)
@@ -484,7 +485,7 @@ func summarize(d Diagnosis, run Run) string {
 	var parts []string
 	if d.Dominant != "" {
 		h, _ := d.Hypothesis(d.Dominant)
-		parts = append(parts, fmt.Sprintf("%s: %s (%s of %s cold)", h.Code, h.Title, fmt.Sprintf("%.0f%%", 100*h.Score), FormatDuration(run.ColdTotal())))
+		parts = append(parts, fmt.Sprintf("%s: %s (%s of %s cold)", h.Code, h.Title, fmt.Sprintf("%.0f%%", 100*h.Score), stat.FormatDuration(run.ColdTotal())))
 	} else {
 		parts = append(parts, "no single dominant cold term")
 		var missing []string

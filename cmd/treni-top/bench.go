@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -204,34 +203,15 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	}
 	defer client.Close()
 
-	// Recording: a bus decouples the request goroutines from the disk; the
-	// recorder goroutine is owned here and awaited before the file closes.
-	bus := trace.NewBus()
-	var rec *sessions.Recorder
-	var recDone sync.WaitGroup
-	var h sessions.Header // the session's header, for the file and the TUI
-	if !o.noRecord || o.tui {
-		_, device := gpuHeader()
-		h = sessions.NewHeader(version, clock.Start(), sessions.Target{
-			Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
-		})
-	}
-	if !o.noRecord {
-		path := o.record
-		if path == "" {
-			if path, err = sessions.DefaultPath(time.Now(), "bench"); err != nil {
-				return withExit(2, fmt.Errorf("%w (or pass --no-record)", err))
-			}
-		}
-		if rec, err = sessions.Create(path, h); err != nil {
-			return withExit(2, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err))
-		}
-		sub := bus.Subscribe()
-		recDone.Add(1)
-		go func() {
-			defer recDone.Done()
-			rec.Record(sub)
-		}()
+	// The live session: a bus decouples the request goroutines from the
+	// disk; Finish waits for the recorder before the file closes.
+	_, device := gpuHeader()
+	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
+		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
+	})
+	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui})
+	if err != nil {
+		return withExit(2, err)
 	}
 
 	progress := &load.Progress{}
@@ -243,7 +223,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	defer cancelBench()
 	var uiDone chan error
 	if o.tui {
-		uiSub := bus.Subscribe()
+		uiSub := l.UISub()
 		uiDone = make(chan error, 1)
 		go func() {
 			opts := tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now}
@@ -260,23 +240,20 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else if !o.quiet {
 		stopProgress = printBenchProgress(ctx, progress, stderr)
 	}
-	b := &load.Bench{Client: client, Clock: clock, Sink: bus, Progress: progress}
+	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress}
 	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
-	bus.Close()
-	recDone.Wait()
+	_, fileErr := l.Finish()
 	if uiDone != nil {
 		if err := <-uiDone; err != nil {
 			fmt.Fprintf(stderr, "treni-top: the TUI failed: %v\n", err)
 		}
 	}
 	rep.Tool = "treni-top " + version
-	if rec != nil {
-		if err := rec.Close(); err != nil {
-			fmt.Fprintf(stderr, "treni-top: the session file is incomplete: %v\n", err)
-		}
-		rep.Session = rec.Path()
+	if fileErr != nil {
+		fmt.Fprintf(stderr, "treni-top: %v\n", fileErr)
 	}
+	rep.Session = l.Path()
 	if runErr != nil && benchCtx.Err() != nil {
 		rep.Interrupted = true
 	} else if runErr != nil {
@@ -293,8 +270,8 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else {
 		fmt.Fprint(stdout, rep.Markdown())
 	}
-	if rec != nil {
-		fmt.Fprintf(stderr, "session recorded: %s\n", rec.Path())
+	if p := l.Path(); p != "" {
+		fmt.Fprintf(stderr, "session recorded: %s\n", p)
 	}
 	if rep.Interrupted {
 		return withExit(2, fmt.Errorf("bench interrupted: %w", runErr))

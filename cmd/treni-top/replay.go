@@ -61,7 +61,7 @@ Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
 				progress = cmd.ErrOrStderr() // stdout carries only the JSON
 			}
 			if headless {
-				if err := tui.Headless(ctx, progress, sub); err != nil {
+				if err := sessions.PrintProgress(ctx, progress, sub); err != nil {
 					sub.Cancel()
 					return withExit(2, err)
 				}

@@ -65,6 +65,11 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
+// DefaultColdTimeout bounds a cold request when the caller sets none: a
+// lazy server loads its whole model inside it (minutes for a large model
+// from a cold disk).
+const DefaultColdTimeout = 10 * time.Minute
+
 // Endpoint selects the API a request uses.
 type Endpoint string
 

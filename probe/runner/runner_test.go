@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,6 +161,22 @@ func TestSequence(t *testing.T) {
 			t.Fatalf("probes %v, want %v", got, want)
 		}
 	}
+	// The phases of the cold sequence (they used to be asserted on the
+	// removed prober.ColdSequence, a second cold sequence only tests used).
+	p.mu.Lock()
+	for _, pr := range p.probes {
+		want := trace.PhaseWarm
+		switch {
+		case pr.Label == "cold_1":
+			want = trace.PhaseCold
+		case strings.HasPrefix(pr.Label, "warmup_"):
+			want = trace.PhaseWarmup
+		}
+		if pr.Phase != want {
+			t.Errorf("%s phase %q, want %q", pr.Label, pr.Phase, want)
+		}
+	}
+	p.mu.Unlock()
 	ts := l.all()
 	if len(ts) != 1 || !ts[0].isStopped() {
 		t.Errorf("target not launched once and stopped: %d targets", len(ts))

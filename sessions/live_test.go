@@ -1,0 +1,105 @@
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// TestPrintProgressMarkers: the headless transcript prints the markers a
+// live run printed and a replay used to drop (run_failed, gpu_status,
+// attached, a crash's log tail, residency, a late server kind).
+func TestPrintProgressMarkers(t *testing.T) {
+	bus := trace.NewBus()
+	sub := bus.Subscribe()
+	mk := func(at float64, name string, attrs trace.Attrs) {
+		bus.Emit(trace.Event{At: d(at), Run: 1, Kind: trace.KindMarker, Marker: &trace.Marker{Name: name, Attrs: attrs}})
+	}
+	mk(0, trace.MarkerGPUStatus, trace.Attrs{"status": "no NVIDIA GPU: no driver"})
+	mk(1, trace.MarkerAttached, nil)
+	mk(2, trace.MarkerResidency, trace.Attrs{"resident_bytes": 512.0 * (1 << 20), "total_bytes": 1024.0 * (1 << 20), "when": "before"})
+	mk(3, trace.MarkerKindDetected, trace.Attrs{"server_kind": "vllm"})
+	mk(4, trace.MarkerTargetCrashed, trace.Attrs{"log_tail": "CUDA out of memory\nexiting"})
+	mk(5, trace.MarkerRunFailed, trace.Attrs{"error": "the target exited before it was healthy"})
+	bus.Close()
+	var out bytes.Buffer
+	if err := PrintProgress(context.Background(), &out, sub); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"gpu: no NVIDIA GPU: no driver", "attached (no cold start", "weights residency (before): 50.0% of 1.00 GiB",
+		"server kind detected from its output: vllm", "    | CUDA out of memory", "run_failed: the target exited before it was healthy",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestLiveRecordsEveryEvent: the file, the in-memory copy and the
+// transcript all see every event emitted between StartLive and Finish.
+func TestLiveRecordsEveryEvent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	var out syncBuffer
+	h := NewHeader("test", time.Unix(0, 0), Target{Kind: TargetBuiltin})
+	l, err := StartLive(h, LiveOptions{Record: path, Label: "x", Progress: &out, KeepEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := coldRun(1, 0, 1, []float64{20, 21, 22})
+	r := runnerFunc(func(context.Context) error {
+		for _, e := range evs {
+			l.Bus.Emit(e)
+		}
+		return nil
+	})
+	sess, runErr, fileErr := l.Drive(context.Background(), r, nil)
+	if runErr != nil || fileErr != nil {
+		t.Fatal(runErr, fileErr)
+	}
+	if len(sess.Events) != len(evs) {
+		t.Errorf("in memory %d events, want %d", len(sess.Events), len(evs))
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Events) != len(evs) || l.Path() != path {
+		t.Errorf("file has %d events, want %d (path %q)", len(f.Events), len(evs), l.Path())
+	}
+	if !strings.Contains(out.String(), "cold run 1: launching") || !strings.Contains(out.String(), "request warm_3") {
+		t.Errorf("transcript:\n%s", out.String())
+	}
+	if _, err := StartLive(h, LiveOptions{Record: path, NoRecord: true}); err == nil {
+		t.Error("--record with --no-record accepted")
+	}
+}
+
+type runnerFunc func(context.Context) error
+
+func (f runnerFunc) Run(ctx context.Context) error { return f(ctx) }
+func (runnerFunc) Quit()                           {}
+
+// syncBuffer is a bytes.Buffer safe for the printer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
