@@ -12,6 +12,7 @@ import (
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // attachOptions are attach's flags.
@@ -51,7 +52,7 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 	if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
 		return withExit(2, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", rawURL))
 	}
-	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: o.kind}
+	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: serverlog.Kind(o.kind)}
 	gpus, device := gpuHeader()
 	clock := trace.NewClock()
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{

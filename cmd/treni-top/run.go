@@ -19,6 +19,7 @@ import (
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 	"github.com/treni-top/treni-top/tui"
 )
 
@@ -126,7 +127,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 			return withExit(2, err)
 		}
 		spec = s
-		target = sessions.Target{Kind: sessions.TargetBuiltin, ServerKind: launch.KindTreni, Command: s.Command, URL: s.URL, Model: model, Device: o.device}
+		target = sessions.Target{Kind: sessions.TargetBuiltin, ServerKind: string(serverlog.KindTreni), Command: s.Command, URL: s.URL, Model: model, Device: o.device}
 		weightArgs = []string{model}
 	case "external":
 		if len(args) == 0 {
@@ -143,7 +144,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	spec.Grace = o.grace
 	if target.ServerKind == "" {
-		target.ServerKind = launch.DefaultParsers().Detect(args, nil)
+		target.ServerKind = string(serverlog.DetectKind(args, nil))
 	}
 
 	// Weight files: for the residency evidence, eviction and the page-cache
@@ -165,7 +166,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	h.ModelFiles = sessions.ModelFilesOf(files)
 
 	label := target.ServerKind
-	if label == "" || label == launch.KindUnknown {
+	if label == "" || label == string(serverlog.KindUnknown) {
 		label = filepath.Base(spec.Command[0])
 	}
 	l, err := startLive(&o.liveOptions, h, label, stderr)

@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // BuiltinSpec builds the Spec that runs the built-in engine as a child of
@@ -27,7 +29,7 @@ func BuiltinSpec(modelDir, device string, extra ...string) (Spec, error) {
 		cmd = append(cmd, "--device", device)
 	}
 	cmd = append(cmd, extra...)
-	return Spec{Command: cmd, URL: "http://" + addr, Kind: KindTreni}, nil
+	return Spec{Command: cmd, URL: "http://" + addr, Kind: serverlog.KindTreni}, nil
 }
 
 // FreePort asks the kernel for a free TCP port on 127.0.0.1. Another

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // Defaults.
@@ -56,15 +57,12 @@ type Spec struct {
 	// listener-up log line.
 	URL string
 	// Kind forces the server kind; empty means detect.
-	Kind string
+	Kind serverlog.Kind
 	// Grace is the SIGINT→SIGKILL delay used when ctx ends; 0 means
 	// DefaultGrace.
 	Grace time.Duration
 	// HealthInterval overrides HealthInterval (tests).
 	HealthInterval time.Duration
-	// Parsers detects the kind and parses the log; zero means
-	// DefaultParsers.
-	Parsers Parsers
 }
 
 // Exit is how the target ended.
@@ -88,11 +86,9 @@ type Process struct {
 	spawnAt  time.Duration
 	attached bool
 
-	parsers Parsers
-
 	mu         sync.Mutex
-	kind       string
-	parser     LineParser
+	kind       serverlog.Kind
+	parser     *serverlog.Parser
 	firstLines []string // buffered while the kind is unknown
 	firstAts   []time.Duration
 	sawLine    bool
@@ -130,12 +126,11 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 		return nil, errors.New("launch: no command given; pass the server command after --, e.g. treni-top run -- vllm serve MODEL")
 	}
 	p := newProcess(spec, sink, clock, run)
-	p.parsers = spec.Parsers.orDefault()
 	p.kind = spec.Kind
 	if p.kind == "" {
-		p.kind = p.parsers.Detect(spec.Command, nil)
+		p.kind = serverlog.DetectKind(spec.Command, nil)
 	}
-	p.parser = p.parsers.New(p.kind, clock)
+	p.parser = serverlog.NewParser(p.kind, clock)
 	p.setURL(spec)
 
 	outR, outW, err := os.Pipe()
@@ -174,7 +169,7 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 		p.known[p.pid] = info.start
 	}
 	p.emit(trace.Event{At: p.spawnAt, Kind: trace.KindProcess, Process: &trace.Process{
-		Action: trace.ProcessStart, PID: p.pid, Command: append([]string(nil), spec.Command...), ServerKind: p.kind,
+		Action: trace.ProcessStart, PID: p.pid, Command: append([]string(nil), spec.Command...), ServerKind: string(p.kind),
 	}})
 
 	bgCtx, cancel := context.WithCancel(context.Background())
@@ -241,7 +236,7 @@ func (p *Process) PID() int { return p.pid }
 func (p *Process) Kind() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.kind
+	return string(p.kind)
 }
 
 // BaseURL is the server's base URL as currently known ("" until a
@@ -570,7 +565,7 @@ func (p *Process) line(stream, text string) {
 	p.mu.Lock()
 	if !p.sawLine {
 		p.sawLine = true
-		if p.kind != KindTreni && !p.attached {
+		if p.kind != serverlog.KindTreni && !p.attached {
 			// process_start for an external server: spawn → first output
 			// (the built-in engine reports its own, from /proc starttime).
 			pre = append(pre, trace.Event{At: at, Kind: trace.KindStage, Stage: &trace.Span{
@@ -580,14 +575,14 @@ func (p *Process) line(stream, text string) {
 	}
 	var spans []trace.Span
 	var stage trace.Stage
-	if p.kind == KindUnknown && p.spec.Kind == "" && len(p.firstLines) < detectLines {
+	if p.kind == serverlog.KindUnknown && p.spec.Kind == "" && len(p.firstLines) < detectLines {
 		p.firstLines = append(p.firstLines, text)
 		p.firstAts = append(p.firstAts, at)
-		if k := p.parsers.Detect(p.spec.Command, p.firstLines); k != KindUnknown {
+		if k := serverlog.DetectKind(p.spec.Command, p.firstLines); k != serverlog.KindUnknown {
 			p.kind = k
-			p.parser = p.parsers.New(k, p.clock)
+			p.parser = serverlog.NewParser(k, p.clock)
 			pre = append(pre, trace.Event{At: at, Kind: trace.KindMarker, Marker: &trace.Marker{
-				Name: trace.MarkerKindDetected, Attrs: trace.Attrs{"server_kind": k},
+				Name: trace.MarkerKindDetected, Attrs: trace.Attrs{"server_kind": string(k)},
 			}})
 			// Re-read the lines seen so far with the right parser; their
 			// log events already went out unmarked.
@@ -613,7 +608,7 @@ func (p *Process) line(stream, text string) {
 	if p.listenAt == 0 {
 		if u, ok := listenURL(text); ok {
 			p.listenAt = at
-			if !p.urlFixed && (p.url == "" || p.kind == KindUnknown || p.kind == KindTreni) {
+			if !p.urlFixed && (p.url == "" || p.kind == serverlog.KindUnknown || p.kind == serverlog.KindTreni) {
 				p.url = u
 			}
 		}
