@@ -114,3 +114,31 @@ func padLeft(s string, n int) string {
 
 // widthOf is the display width of s, ANSI sequences excluded.
 func widthOf(s string) int { return ansi.StringWidth(s) }
+
+// wrap breaks plain text at spaces into lines of at most w cells, each
+// starting with indent.
+func wrap(s string, w int, indent string) []string {
+	return wrapItems(strings.Fields(s), " ", w, indent)
+}
+
+// wrapItems packs items joined by sep into lines of at most w cells; an
+// item longer than a line gets a line of its own (and is cut by the frame).
+func wrapItems(items []string, sep string, w int, indent string) []string {
+	var out []string
+	cur := ""
+	for _, it := range items {
+		switch {
+		case cur == "":
+			cur = indent + it
+		case widthOf(cur)+widthOf(sep)+widthOf(it) <= w:
+			cur += sep + it
+		default:
+			out = append(out, cur)
+			cur = indent + it
+		}
+	}
+	if cur != "" {
+		out = append(out, cur)
+	}
+	return out
+}
