@@ -117,7 +117,6 @@ func ExportChrome(s *Session) ([]byte, error) {
 		pid := pidOf(e.Run)
 		switch e.Kind {
 		case trace.KindSample:
-			args := map[string]any{}
 			keys := make([]string, 0, len(e.Sample.Values))
 			for k := range e.Sample.Values {
 				keys = append(keys, k)
@@ -126,7 +125,7 @@ func ExportChrome(s *Session) ([]byte, error) {
 			// One counter track per metric, named source.metric, so that
 			// units never share an axis.
 			for _, k := range keys {
-				args = map[string]any{"value": e.Sample.Values[k]}
+				args := map[string]any{"value": e.Sample.Values[k]}
 				add(ChromeEvent{Name: e.Sample.Source + "." + k, Cat: "sample", Ph: "C", TS: us(e.At), PID: pid, Args: args})
 			}
 		case trace.KindMarker:

@@ -46,9 +46,7 @@ func (diagnosisPane) view(c *programContext, st *state, w, h int) []string {
 		for _, e := range hy.Evidence {
 			ev = append(ev, e.Name+" "+e.Value)
 		}
-		for _, l := range wrapItems(ev, " · ", w, "     ") {
-			lines = append(lines, l)
-		}
+		lines = append(lines, wrapItems(ev, " · ", w, "     ")...)
 		if len(hy.Missing) > 0 {
 			for _, l := range wrap("missing: "+strings.Join(hy.Missing, ", "), w, "     ") {
 				lines = append(lines, t.render(t.dim, l))

@@ -74,12 +74,6 @@ type boxKey struct {
 	title           string
 }
 
-// dropMemos forgets every memoized pane and plot.
-func (c *programContext) dropMemos() {
-	clear(c.boxes)
-	clear(c.charts)
-}
-
 type boxMemo struct {
 	key   boxKey
 	lines []string
@@ -206,11 +200,9 @@ func (m Model) tickPeriod() time.Duration {
 	return 0
 }
 
-// waitEvents blocks until the subscription has an event, then gathers what
-// else arrives within batchWindow into one message.
-func waitEvents(sub *trace.Subscription) tea.Cmd { return waitEventsTick(sub, 0) }
-
-// waitEventsTick is waitEvents that also stands in for the clock tick:
+// waitEventsTick blocks until the subscription has an event, then gathers
+// what else arrives within batchWindow into one message; it also stands in
+// for the clock tick:
 // when no event arrives within every (> 0) it returns a tick. Any batch of
 // events redraws the clock too, so a target that emits samples costs one
 // message a second instead of a sample batch plus a separate tick.

@@ -63,8 +63,8 @@ type state struct {
 	core   []trace.Event
 	last   time.Duration // the latest event offset
 
-	gpuMem, gpuTotal, pcieRX, rss, residentPct series
-	residentBytes, weightBytes                 float64
+	gpuMem, pcieRX, rss, residentPct series
+	residentBytes, weightBytes       float64
 	// Latest per-GPU readings, summed into one point per GPU sample.
 	gpuMemBy, gpuTotalBy, pcieBy map[string]float64
 

@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,7 +78,9 @@ func TestMain(m *testing.M) {
 	start := time.Now()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		// Not on PATH: the go command that runs the tests sets GOROOT in
+		// their environment.
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	// The package directory is the test's working directory.
 	build := exec.Command(goTool, "build", "-o", e2e.bin, ".")

@@ -132,10 +132,10 @@ func preSteps(raw json.RawMessage) ([]preStep, error) {
 			return nil, err
 		}
 		if v.Invert {
-			return nil, errors.New("Split with invert=true is not supported")
+			return nil, errors.New("pre-tokenizer Split with invert=true is not supported")
 		}
 		if v.Behavior != "Isolated" && v.Behavior != "Removed" {
-			return nil, fmt.Errorf("Split behavior %q is not supported (Isolated and Removed are)", v.Behavior)
+			return nil, fmt.Errorf("pre-tokenizer Split behavior %q is not supported (Isolated and Removed are)", v.Behavior)
 		}
 		st := preStep{behavior: v.Behavior}
 		switch {
@@ -152,12 +152,12 @@ func preSteps(raw json.RawMessage) ([]preStep, error) {
 			default:
 				re, err := regexp.Compile(*v.Pattern.Regex)
 				if err != nil {
-					return nil, fmt.Errorf("Split regex %q is neither a known tokenizer pattern (Qwen2, Llama 3, GPT-2) nor one Go's regexp can run: %w", *v.Pattern.Regex, err)
+					return nil, fmt.Errorf("pre-tokenizer Split regex %q is neither a known tokenizer pattern (Qwen2, Llama 3, GPT-2) nor one Go's regexp can run: %w", *v.Pattern.Regex, err)
 				}
 				st.pattern, st.re = patRegexp, re
 			}
 		default:
-			return nil, errors.New("Split without a Regex or String pattern")
+			return nil, errors.New("pre-tokenizer Split without a Regex or String pattern")
 		}
 		return []preStep{st}, nil
 	}

@@ -353,7 +353,7 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"max_tokens too large"}}`, 400)
 		return
 	case "503":
-		http.Error(w, `{"error":"overloaded"}`, 503)
+		http.Error(w, `{"error":"overloaded"}`, http.StatusServiceUnavailable)
 		return
 	case "slow":
 		time.Sleep(300 * time.Millisecond)

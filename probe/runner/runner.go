@@ -68,14 +68,6 @@ type Prober interface {
 	Probe(ctx context.Context, target Target, p Probe) (trace.Request, error)
 }
 
-// ProberFunc adapts a function to Prober.
-type ProberFunc func(ctx context.Context, target Target, p Probe) (trace.Request, error)
-
-// Probe calls f.
-func (f ProberFunc) Probe(ctx context.Context, target Target, p Probe) (trace.Request, error) {
-	return f(ctx, target, p)
-}
-
 // PageCache evicts weight files and measures their residency; probe/pagecache
 // provides it (see PageCacheFuncs).
 type PageCache interface {
