@@ -27,16 +27,19 @@ const (
 )
 
 // Load modes of the built-in engine (its --load flag; docs/ARCHITECTURE.md,
-// "Loading").
+// "Loading"), as the "mode" attribute of its decoder_tensor_upload stage
+// spells them: mmap/copy on the CPU backend, mapped/staged on CUDA.
 const (
-	LoadMmap = "mmap"
-	LoadCopy = "copy"
+	loadMmap   = "mmap"
+	loadCopy   = "copy"
+	loadMapped = "mapped"
+	loadStaged = "staged"
 )
 
 // target is what the knob table needs to know about a run's target.
 type target struct {
 	Engine Engine
-	// Load is the built-in engine's load mode (LoadMmap or LoadCopy).
+	// Load is the built-in engine's load mode (loadMmap or loadCopy).
 	Load string
 	// GPU says the target computes on a GPU (llama.cpp and Ollama offload
 	// to one when a GPU was sampled).
@@ -80,8 +83,12 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 // builtinTarget tells the built-in engine's device and load mode: CUDA
 // when it reported cuda_init or runtime_init says device cuda; a
 // decoder_tensor_upload done on the host is the CPU backend's --load copy.
+// Without an upload stage the CPU backend computed from the mapping
+// (--load mmap) and the CUDA backend used its default, the staged upload
+// (--load copy).
 func builtinTarget(run Run) target {
-	t := target{Engine: EngineBuiltinCPU, Load: LoadMmap}
+	t := target{Engine: EngineBuiltinCPU}
+	mode := ""
 	for _, sp := range run.Spans {
 		switch sp.Name {
 		case trace.StageCUDAInit:
@@ -91,24 +98,17 @@ func builtinTarget(run Run) target {
 				t.Engine = EngineBuiltinCUDA
 			}
 		case trace.StageDecoderTensorUpload:
-			if m, ok := sp.Attrs.String("mode"); ok {
-				t.Load = m
-			}
-			if dev, _ := sp.Attrs.String("device"); dev == "host" {
-				t.Engine = EngineBuiltinCPU
-			}
+			mode, _ = sp.Attrs.String("mode")
 		}
 	}
 	t.GPU = t.Engine == EngineBuiltinCUDA
-	if t.GPU && t.Load == LoadMmap {
-		// The CUDA backend's default is the staged (copy) upload; a
-		// mapped upload says mode mmap on its stage.
-		t.Load = LoadCopy
-		for _, sp := range run.Spans {
-			if m, _ := sp.Attrs.String("mode"); sp.Name == trace.StageDecoderTensorUpload && m == LoadMmap {
-				t.Load = LoadMmap
-			}
-		}
+	switch {
+	case mode == loadMmap || mode == loadMapped:
+		t.Load = loadMmap
+	case mode == loadCopy || mode == loadStaged || t.GPU:
+		t.Load = loadCopy
+	default:
+		t.Load = loadMmap
 	}
 	return t
 }
@@ -144,12 +144,12 @@ func knobTable(t target) map[Engine]map[string]string {
 	}
 	prewarm := "pre-warm the page cache before launch (read the weight files once, e.g. cat them to /dev/null), or keep the weights on local NVMe or RAM-backed storage"
 	builtinB := map[string]string{
-		LoadMmap: "serve with --load copy (parallel pread into the engine's own memory, like llama.cpp --no-mmap) instead of faulting the mapping in page by page, or keep the process warm so the weights stay mapped",
-		LoadCopy: "the host copy (--load copy) is the term: serve with --load mmap to compute from the page cache's pages without copying them",
+		loadMmap: "serve with --load copy (parallel pread into the engine's own memory, like llama.cpp --no-mmap) instead of faulting the mapping in page by page, or keep the process warm so the weights stay mapped",
+		loadCopy: "the host copy (--load copy) is the term: serve with --load mmap to compute from the page cache's pages without copying them",
 	}
 	cudaB := map[string]string{
-		LoadCopy: "the staged upload (--load copy) is the term: compare --load mmap (upload from the mapped files), and keep the process warm so the weights are uploaded once",
-		LoadMmap: "the mapped upload (--load mmap) is the term: compare --load copy (staged upload through pinned buffers), and keep the process warm so the weights are uploaded once",
+		loadCopy: "the staged upload (--load copy) is the term: compare --load mmap (upload from the mapped files), and keep the process warm so the weights are uploaded once",
+		loadMmap: "the mapped upload (--load mmap) is the term: compare --load copy (staged upload through pinned buffers), and keep the process warm so the weights are uploaded once",
 	}
 	return map[Engine]map[string]string{
 		EngineOther: generic,

@@ -11,10 +11,10 @@ import (
 // kind): each cell names a knob that target has (want) and none that it
 // lacks (never). Adding hypothesis G is one row per target here.
 func TestNextKnobTable(t *testing.T) {
-	cpuMmap := target{Engine: EngineBuiltinCPU, Load: LoadMmap}
-	cpuCopy := target{Engine: EngineBuiltinCPU, Load: LoadCopy}
-	cuda := target{Engine: EngineBuiltinCUDA, Load: LoadCopy, GPU: true}
-	cudaMmap := target{Engine: EngineBuiltinCUDA, Load: LoadMmap, GPU: true}
+	cpuMmap := target{Engine: EngineBuiltinCPU, Load: loadMmap}
+	cpuCopy := target{Engine: EngineBuiltinCPU, Load: loadCopy}
+	cuda := target{Engine: EngineBuiltinCUDA, Load: loadCopy, GPU: true}
+	cudaMmap := target{Engine: EngineBuiltinCUDA, Load: loadMmap, GPU: true}
 	vllm := target{Engine: EngineVLLM, GPU: true}
 	sglang := target{Engine: EngineSGLang, GPU: true}
 	tgi := target{Engine: EngineTGI, GPU: true}
@@ -138,7 +138,10 @@ func TestDiagnoseChoosesKnobForTarget(t *testing.T) {
 	cudaRun := run("treni",
 		span(trace.StageRuntimeInit, 0, 10, trace.Attrs{"device": "cuda"}),
 		span(trace.StageCUDAInit, 10, 50, nil),
-		span(trace.StageDecoderTensorUpload, 100, 990, trace.Attrs{"mode": "copy"}))
+		span(trace.StageDecoderTensorUpload, 100, 990, trace.Attrs{"mode": "staged"}))
+	cudaMapped := run("treni",
+		span(trace.StageCUDAInit, 10, 50, nil),
+		span(trace.StageDecoderTensorUpload, 100, 990, trace.Attrs{"mode": "mapped"}))
 	ollama := run("ollama", span(trace.StageModelLoad, 0, 990, nil))
 	for _, c := range []struct {
 		name   string
@@ -148,6 +151,7 @@ func TestDiagnoseChoosesKnobForTarget(t *testing.T) {
 	}{
 		{"cpu copy", cpuCopy, EngineBuiltinCPU, "host copy (--load copy)"},
 		{"cuda", cudaRun, EngineBuiltinCUDA, "staged upload (--load copy)"},
+		{"cuda mapped", cudaMapped, EngineBuiltinCUDA, "mapped upload (--load mmap)"},
 		{"ollama", ollama, EngineOllama, "OLLAMA_KEEP_ALIVE"},
 	} {
 		dg := Diagnose(c.ev)

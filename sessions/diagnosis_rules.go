@@ -155,7 +155,7 @@ func ruleB(x *facts, h *Hypothesis) {
 	}
 	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler)")...)
 	switch {
-	case x.engine.Engine == EngineBuiltinCPU && x.engine.Load == LoadCopy:
+	case x.engine.Engine == EngineBuiltinCPU && x.engine.Load == loadCopy:
 		h.Evidence = append(h.Evidence, Evidence{"device", "CPU, --load copy: loading is a host copy into the engine's memory, not an upload"})
 	case !x.HaveGPU && x.uploadTerm == 0:
 		// On the CPU backend "resident memory" is the process's own
