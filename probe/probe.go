@@ -18,8 +18,8 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// Default sampling intervals (DESIGN.md issue 5: 100 ms normally, 10 ms
-// while a cold start is being traced so short stages still get readings).
+// Default sampling intervals: 100 ms normally, 10 ms while a cold start is
+// being traced so short stages still get readings.
 const (
 	DefaultInterval = 100 * time.Millisecond
 	ColdInterval    = 10 * time.Millisecond

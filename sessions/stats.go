@@ -6,8 +6,9 @@ import (
 	"github.com/treni-top/treni-top/trace/stat"
 )
 
-// Stats summarises repeated measurements the way the runbook asks: min,
-// median, max, spread % = (max − min) ÷ median, plus mean and percentiles.
+// Stats summarises repeated measurements: min, median, max, spread =
+// (max − min) ÷ median, plus mean and percentiles (docs/ARCHITECTURE.md,
+// "Measurements").
 // It is trace/stat's Summary, the one implementation probe, sessions and
 // tui share.
 type Stats = stat.Summary

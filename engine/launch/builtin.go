@@ -13,7 +13,7 @@ import (
 // this very binary: `treni-top serve --model DIR --addr 127.0.0.1:PORT
 // [--device DEV]`, on a free port picked now so health polling can start at
 // once. A child, not a goroutine, so its cold start, RSS and GPU memory are
-// its own (DESIGN.md §2).
+// its own (docs/ARCHITECTURE.md, "Packages").
 func BuiltinSpec(modelDir, device string, extra ...string) (Spec, error) {
 	exe, err := os.Executable()
 	if err != nil {

@@ -325,7 +325,7 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 
 // pageCacheEvidence records the weight files' residency before launch and,
 // when asked, evicts them and records residency again: the evidence a
-// "page-cache cold" label needs (DESIGN.md §4). It reports whether the
+// "page-cache cold" label needs (docs/ARCHITECTURE.md, "Measurements"). It reports whether the
 // eviction was done and verified to have dropped most of the bytes.
 func (r *Runner) pageCacheEvidence(run int, evict bool) (bool, error) {
 	pc := r.cfg.PageCache
