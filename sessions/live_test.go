@@ -103,3 +103,22 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestReplayPlay: Play delivers every event of the session, in order, then
+// closes the subscription; stop joins the replayer.
+func TestReplayPlay(t *testing.T) {
+	evs := coldRun(1, 0, 1, []float64{20, 21, 22})
+	rp := NewReplayer(evs, ReplayOptions{Fast: true})
+	sub, stop := rp.Play(context.Background())
+	defer stop()
+	n := 0
+	for e := range sub.Events() {
+		if e.At != evs[n].At || e.Kind != evs[n].Kind {
+			t.Fatalf("event %d: %v %s, want %v %s", n, e.At, e.Kind, evs[n].At, evs[n].Kind)
+		}
+		n++
+	}
+	if n != len(evs) {
+		t.Fatalf("got %d events, want %d", n, len(evs))
+	}
+}
