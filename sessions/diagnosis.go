@@ -196,61 +196,13 @@ func rank(d *Diagnosis, rs []rule, rows []*Hypothesis, x *facts) {
 			h.Evidence = append([]Evidence{{"term", fmt.Sprintf("%s ms = %s of cold", stat.FormatMS(h.TermMS), pct(h.Score))}}, h.Evidence...)
 		}
 	}
-	var best *Hypothesis
-	for _, h := range cold {
-		if best == nil || h.Score > best.Score {
-			best = h
-		}
-	}
-	// An undecided loading term (A or B, residency unknown) larger than
-	// every decided term forbids calling any of them dominant.
-	undecided := 0.0
-	if !x.coldCache && !x.warmCache && total > 0 {
-		undecided = float64(x.loadTerm+x.uploadTerm) / float64(total)
-	}
-	if un := x.run.Attribution.UnattributedShare(); best != nil && un > best.Score && (undecided == 0 || un > undecided) {
-		// More of the cold start is unexplained than any term explains.
-		note := fmt.Sprintf("%.0f%% of the cold start is covered by no stage", 100*un)
-		for _, h := range cold {
-			h.Evidence = append(h.Evidence, Evidence{"unattributed", note})
-		}
-		best = nil
-	} else if best != nil && undecided > best.Score {
-		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
-		for _, h := range cold {
-			if h.Code == "A" || h.Code == "B" {
-				h.Evidence = append(h.Evidence, Evidence{"undecided", note})
-			}
-		}
-		best = nil
-	}
-	for _, h := range cold {
-		switch {
-		case len(h.Missing) > 0 && h.TermMS == 0:
-			h.Verdict = VerdictInsufficient
-		case best != nil && h == best && h.Score >= DominantShare:
-			h.Verdict = VerdictDominant
-			d.Dominant = h.Code
-		case h.Score >= ContributesShare:
-			h.Verdict = VerdictContributes
-		default:
-			h.Verdict = VerdictRuledOut
-		}
-	}
+	d.Dominant = giveVerdicts(cold, candidate(cold, x))
 	if x.UntimedLog {
 		// Durations placed by line count are not evidence of time spent.
-		for _, h := range cold {
-			h.Verdict = VerdictInsufficient
-			h.Missing = append(h.Missing, "timestamps in the log (its durations count lines, not time)")
-		}
-		d.Dominant = ""
+		d.Dominant = insufficient(cold, "timestamps in the log (its durations count lines, not time)")
 	}
 	if total <= 0 {
-		for _, h := range cold {
-			h.Verdict = VerdictInsufficient
-			h.Missing = append(h.Missing, "a cold window (stages or a cold request)")
-		}
-		d.Dominant = ""
+		d.Dominant = insufficient(cold, "a cold window (stages or a cold request)")
 	}
 	for _, h := range rows {
 		d.Hypotheses = append(d.Hypotheses, *h)
@@ -263,6 +215,73 @@ func rank(d *Diagnosis, rs []rule, rows []*Hypothesis, x *facts) {
 		}
 		return hi.Score > hj.Score
 	})
+}
+
+// candidate is the cold row with the largest share, or nil when it may
+// not be called dominant: more of the cold start is covered by no stage
+// than it explains, or the loading term is larger but undecided (A or B,
+// residency unknown). Either reason is added to the rows' evidence.
+func candidate(cold []*Hypothesis, x *facts) *Hypothesis {
+	var best *Hypothesis
+	for _, h := range cold {
+		if best == nil || h.Score > best.Score {
+			best = h
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	total := x.run.ColdTotal()
+	undecided := 0.0
+	if !x.coldCache && !x.warmCache && total > 0 {
+		undecided = float64(x.loadTerm+x.uploadTerm) / float64(total)
+	}
+	if un := x.run.Attribution.UnattributedShare(); un > best.Score && (undecided == 0 || un > undecided) {
+		note := fmt.Sprintf("%.0f%% of the cold start is covered by no stage", 100*un)
+		for _, h := range cold {
+			h.Evidence = append(h.Evidence, Evidence{"unattributed", note})
+		}
+		return nil
+	}
+	if undecided > best.Score {
+		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
+		for _, h := range cold {
+			if h.Code == "A" || h.Code == "B" {
+				h.Evidence = append(h.Evidence, Evidence{"undecided", note})
+			}
+		}
+		return nil
+	}
+	return best
+}
+
+// giveVerdicts sets the cold rows' verdicts from their shares and returns
+// the dominant row's code ("" when none).
+func giveVerdicts(cold []*Hypothesis, best *Hypothesis) (dominant string) {
+	for _, h := range cold {
+		switch {
+		case len(h.Missing) > 0 && h.TermMS == 0:
+			h.Verdict = VerdictInsufficient
+		case best != nil && h == best && h.Score >= DominantShare:
+			h.Verdict = VerdictDominant
+			dominant = h.Code
+		case h.Score >= ContributesShare:
+			h.Verdict = VerdictContributes
+		default:
+			h.Verdict = VerdictRuledOut
+		}
+	}
+	return dominant
+}
+
+// insufficient marks every cold row undecided for want of what and returns
+// the (empty) dominant code.
+func insufficient(cold []*Hypothesis, what string) string {
+	for _, h := range cold {
+		h.Verdict = VerdictInsufficient
+		h.Missing = append(h.Missing, what)
+	}
+	return ""
 }
 
 // pct renders a fraction as a whole percentage.
