@@ -156,48 +156,12 @@ func (o *benchOptions) plan(workloadSet bool) (load.Plan, error) {
 func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if o.url == "" {
-		return withExit(2, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000"))
-	}
-	if u, err := url.Parse(o.url); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return withExit(2, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url))
-	}
-	if o.record != "" && o.noRecord {
-		return withExit(2, errors.New("--record and --no-record contradict each other; pick one"))
-	}
-	ep := prober.Endpoint(o.endpoint)
-	if ep != prober.Chat && ep != prober.Completions {
-		return withExit(2, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint))
-	}
-	plan, err := o.plan(workloadSet)
+	plan, ep, err := o.check(workloadSet)
 	if err != nil {
 		return withExit(2, err)
 	}
-	header := http.Header{}
-	if o.apiKey != "" {
-		header.Set("Authorization", "Bearer "+o.apiKey)
-	}
-	if o.model == "" {
-		m, err := load.DetectModel(ctx, o.url, header)
-		if err != nil {
-			return withExit(2, err)
-		}
-		o.model = m
-	}
-	var extra map[string]any
-	if o.ignoreEOS {
-		extra = map[string]any{"ignore_eos": true}
-	}
-	maxConns := 1024
-	for _, s := range plan.Workloads {
-		maxConns = max(maxConns, s.Requests)
-	}
-	if plan.Concurrency > 0 {
-		maxConns = plan.Concurrency
-	}
 	clock := trace.NewClock()
-	client, err := load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
-		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
+	client, err := o.newClient(ctx, plan, ep, clock)
 	if err != nil {
 		return withExit(2, err)
 	}
@@ -277,6 +241,52 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 		return withExit(2, fmt.Errorf("bench interrupted: %w", runErr))
 	}
 	return nil
+}
+
+// check validates the flags and turns them into the plan and the API.
+func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, error) {
+	ep := prober.Endpoint(o.endpoint)
+	switch u, err := url.Parse(o.url); {
+	case o.url == "":
+		return load.Plan{}, ep, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000")
+	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return load.Plan{}, ep, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url)
+	case o.record != "" && o.noRecord:
+		return load.Plan{}, ep, errors.New("--record and --no-record contradict each other; pick one")
+	case ep != prober.Chat && ep != prober.Completions:
+		return load.Plan{}, ep, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint)
+	}
+	plan, err := o.plan(workloadSet)
+	return plan, ep, err
+}
+
+// newClient builds the load client from the flags, asking the server for
+// its model when --model is not given.
+func (o *benchOptions) newClient(ctx context.Context, plan load.Plan, ep prober.Endpoint, clock trace.Clock) (*load.Client, error) {
+	header := http.Header{}
+	if o.apiKey != "" {
+		header.Set("Authorization", "Bearer "+o.apiKey)
+	}
+	if o.model == "" {
+		m, err := load.DetectModel(ctx, o.url, header)
+		if err != nil {
+			return nil, err
+		}
+		o.model = m
+	}
+	var extra map[string]any
+	if o.ignoreEOS {
+		extra = map[string]any{"ignore_eos": true}
+	}
+	maxConns := 1024
+	for _, s := range plan.Workloads {
+		maxConns = max(maxConns, s.Requests)
+	}
+	if plan.Concurrency > 0 {
+		maxConns = plan.Concurrency
+	}
+	return load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
+		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
 }
 
 // printBenchProgress writes a progress line to w every second until the
