@@ -31,6 +31,14 @@ type LiveOptions struct {
 	KeepEvents bool
 }
 
+// Check reports contradictory options (flag names as the CLI spells them).
+func (o LiveOptions) Check() error {
+	if o.Record != "" && o.NoRecord {
+		return errors.New("--record and --no-record contradict each other; pick one")
+	}
+	return nil
+}
+
 // Live is the plumbing of a live session (run, attach, bench): the bus the
 // probes emit on, the recorder that writes the file, an in-memory copy for
 // the final report, and the headless printer. Every consumer subscribes
@@ -53,10 +61,10 @@ type Live struct {
 // StartLive opens the bus and the recorder and starts the consumers that
 // must see every event from the first one.
 func StartLive(h Header, o LiveOptions) (*Live, error) {
-	l := &Live{Bus: trace.NewBus(), header: h}
-	if o.Record != "" && o.NoRecord {
-		return nil, errors.New("--record and --no-record contradict each other; pick one")
+	if err := o.Check(); err != nil {
+		return nil, err
 	}
+	l := &Live{Bus: trace.NewBus(), header: h}
 	if !o.NoRecord {
 		path := o.Record
 		if path == "" {

@@ -252,7 +252,7 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
 		return load.Plan{}, ep, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url)
 	case o.record != "" && o.noRecord:
-		return load.Plan{}, ep, errors.New("--record and --no-record contradict each other; pick one")
+		return load.Plan{}, ep, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord}.Check()
 	case ep != prober.Chat && ep != prober.Completions:
 		return load.Plan{}, ep, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint)
 	}

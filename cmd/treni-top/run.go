@@ -213,7 +213,7 @@ func (o *liveOptions) check() error {
 	case o.timeout <= 0:
 		return errors.New("--timeout must be positive, e.g. 10m")
 	case o.record != "" && o.noRecord:
-		return errors.New("--record and --no-record contradict each other; pick one")
+		return sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord}.Check()
 	case o.jsonOut && !o.headless:
 		return errors.New("--json prints the final report of a headless run; add --headless")
 	}
