@@ -79,17 +79,8 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer.json version %q is not supported (want 1.0)", f.Version)
 	}
 	m := &f.Model
-	if m.Type != "" && m.Type != "BPE" {
-		return nil, fmt.Errorf("model type %q is not supported: only byte-level BPE tokenizers (Qwen, Llama 3, GPT-2 style) are", m.Type)
-	}
-	if m.Vocab == nil {
-		return nil, errors.New("model.vocab is missing: not a BPE tokenizer.json")
-	}
-	if (m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "") || (m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "") {
-		return nil, errors.New("BPE with continuing_subword_prefix or end_of_word_suffix is not supported (not a byte-level tokenizer)")
-	}
-	if m.Dropout != nil && *m.Dropout != 0 {
-		return nil, fmt.Errorf("BPE dropout %v is not supported for inference", *m.Dropout)
+	if err := checkModel(m); err != nil {
+		return nil, err
 	}
 	nfc, err := parseNormalizer(f.Normalizer)
 	if err != nil {
@@ -102,18 +93,65 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 	if err := checkDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
+	pieces, present, err := vocabPieces(m.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	added, err := addedTokens(append(append([]addedJSON(nil), f.AddedTokens...), cfg.added...), m.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	mt, err := buildMerges(merges, m.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	unkID := int32(-1)
+	if m.UnkToken != nil {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("unk_token %q is not in the vocabulary", *m.UnkToken)
+		}
+		unkID = int32(id)
+	}
 
-	// Vocabulary: id → piece.
+	md := meta{Added: added, NFC: nfc, PreTokenizer: f.PreTokenizer, IgnoreMerges: m.IgnoreMerges, UnkID: unkID, FuseUnk: m.FuseUnk, MergeCount: len(merges)}
+	t := &Tokenizer{merges: mt}
+	if err := t.setMeta(md, pre, fast); err != nil {
+		return nil, err
+	}
+	t.buildTables(pieces, present)
+	return t, nil
+}
+
+// checkModel refuses the BPE variants this package does not implement.
+func checkModel(m *modelJSON) error {
+	if m.Type != "" && m.Type != "BPE" {
+		return fmt.Errorf("model type %q is not supported: only byte-level BPE tokenizers (Qwen, Llama 3, GPT-2 style) are", m.Type)
+	}
+	if m.Vocab == nil {
+		return errors.New("model.vocab is missing: not a BPE tokenizer.json")
+	}
+	if (m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "") || (m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "") {
+		return errors.New("BPE with continuing_subword_prefix or end_of_word_suffix is not supported (not a byte-level tokenizer)")
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return fmt.Errorf("BPE dropout %v is not supported for inference", *m.Dropout)
+	}
+	return nil
+}
+
+// vocabPieces inverts the vocabulary: id → piece, and which ids exist.
+func vocabPieces(vocab map[string]int64) (pieces []string, present []bool, err error) {
 	maxID := int64(-1)
-	for s, id := range m.Vocab {
+	for s, id := range vocab {
 		if id < 0 || id >= maxVocab {
-			return nil, fmt.Errorf("vocab entry %q has id %d, outside [0, %d)", s, id, maxVocab)
+			return nil, nil, fmt.Errorf("vocab entry %q has id %d, outside [0, %d)", s, id, maxVocab)
 		}
 		maxID = max(maxID, id)
 	}
-	pieces := make([]string, maxID+1)
-	present := make([]bool, maxID+1)
-	for s, id := range m.Vocab {
+	pieces = make([]string, maxID+1)
+	present = make([]bool, maxID+1)
+	for s, id := range vocab {
 		if present[id] && pieces[id] != s {
 			// Two pieces with one id: keep the smaller for determinism.
 			if s > pieces[id] {
@@ -123,15 +161,17 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 		pieces[id] = s
 		present[id] = true
 	}
+	return pieces, present, nil
+}
 
-	// Added tokens get ids as HF's AddedVocabulary::add_tokens assigns
-	// them: the model id when the content is a model piece, else the next
-	// free id after the model vocabulary (tokenizer.json's "id" is only a
-	// hint; HF warns when it differs).
-	var toks []addedJSON
-	toks = append(toks, f.AddedTokens...)
-	toks = append(toks, cfg.added...)
-	nextID := int64(len(m.Vocab))
+// addedTokens gives the added tokens ids as HF's
+// AddedVocabulary::add_tokens assigns them: the model id when the content
+// is a model piece, else the next free id after the model vocabulary
+// (tokenizer.json's "id" is only a hint; HF warns when it differs). A
+// later entry with the same content replaces the earlier one, keeping its
+// id.
+func addedTokens(toks []addedJSON, vocab map[string]int64) ([]addedToken, error) {
+	nextID := int64(len(vocab))
 	var added []addedToken
 	addedIdx := map[string]int{}
 	for _, a := range toks {
@@ -148,7 +188,7 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 			added[k] = at
 			continue
 		}
-		if id, ok := m.Vocab[a.Content]; ok {
+		if id, ok := vocab[a.Content]; ok {
 			at.ID = int32(id)
 		} else {
 			if nextID >= maxVocab {
@@ -160,43 +200,29 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 		addedIdx[a.Content] = len(added)
 		added = append(added, at)
 	}
+	return added, nil
+}
 
-	vocab := func(s string) (int32, bool) {
-		id, ok := m.Vocab[s]
-		return int32(id), ok
-	}
+// buildMerges turns the merge list into the rank table; every piece of a
+// merge, and its result, must be in the vocabulary.
+func buildMerges(merges [][2]string, vocab map[string]int64) (mergeTable, error) {
 	mt := newMergeTable(len(merges))
 	for rank, p := range merges {
-		a, ok := vocab(p[0])
+		a, ok := vocab[p[0]]
 		if !ok {
-			return nil, fmt.Errorf("merge %d (%q %q): %q is not in the vocabulary", rank+1, p[0], p[1], p[0])
+			return mt, fmt.Errorf("merge %d (%q %q): %q is not in the vocabulary", rank+1, p[0], p[1], p[0])
 		}
-		b, ok := vocab(p[1])
+		b, ok := vocab[p[1]]
 		if !ok {
-			return nil, fmt.Errorf("merge %d (%q %q): %q is not in the vocabulary", rank+1, p[0], p[1], p[1])
+			return mt, fmt.Errorf("merge %d (%q %q): %q is not in the vocabulary", rank+1, p[0], p[1], p[1])
 		}
-		c, ok := vocab(p[0] + p[1])
+		c, ok := vocab[p[0]+p[1]]
 		if !ok {
-			return nil, fmt.Errorf("merge %d (%q %q): the merged piece %q is not in the vocabulary", rank+1, p[0], p[1], p[0]+p[1])
+			return mt, fmt.Errorf("merge %d (%q %q): the merged piece %q is not in the vocabulary", rank+1, p[0], p[1], p[0]+p[1])
 		}
-		mt.put(a, b, uint32(rank), c)
+		mt.put(int32(a), int32(b), uint32(rank), int32(c))
 	}
-	unkID := int32(-1)
-	if m.UnkToken != nil {
-		id, ok := vocab(*m.UnkToken)
-		if !ok {
-			return nil, fmt.Errorf("unk_token %q is not in the vocabulary", *m.UnkToken)
-		}
-		unkID = id
-	}
-
-	md := meta{Added: added, NFC: nfc, PreTokenizer: f.PreTokenizer, IgnoreMerges: m.IgnoreMerges, UnkID: unkID, FuseUnk: m.FuseUnk, MergeCount: len(merges)}
-	t := &Tokenizer{merges: mt}
-	if err := t.setMeta(md, pre, fast); err != nil {
-		return nil, err
-	}
-	t.buildTables(pieces, present)
-	return t, nil
+	return mt, nil
 }
 
 // setMeta installs the structural part (shared by parse and the cache).
