@@ -173,9 +173,12 @@ type UI func(ctx context.Context, sub *trace.Subscription) error
 // separately, so the caller can report the path of a file that is fine
 // after a run that failed.
 func (l *Live) Drive(ctx context.Context, r Runner, ui UI) (sess *Session, runErr, fileErr error) {
-	if ui == nil {
+	switch {
+	case ui == nil:
 		runErr = r.Run(ctx)
-	} else {
+	case l.uiSub == nil:
+		runErr = errors.New("a UI was given but the session was started without LiveOptions.UI")
+	default:
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()

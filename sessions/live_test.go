@@ -3,6 +3,7 @@ package sessions
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -120,5 +121,50 @@ func TestReplayPlay(t *testing.T) {
 	}
 	if n != len(evs) {
 		t.Fatalf("got %d events, want %d", n, len(evs))
+	}
+}
+
+// quitRunner emits one event and runs until Quit.
+type quitRunner struct {
+	bus  *trace.Bus
+	quit chan struct{}
+}
+
+func (q *quitRunner) Run(ctx context.Context) error {
+	q.bus.Emit(trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart}})
+	select {
+	case <-q.quit:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (q *quitRunner) Quit() { close(q.quit) }
+
+// TestLiveDriveWithUI: the UI sees the session from its first event; when
+// it returns the runner is told to quit and joined, and a UI failure is the
+// run's error.
+func TestLiveDriveWithUI(t *testing.T) {
+	h := NewHeader("test", time.Unix(0, 0), Target{Kind: TargetBuiltin})
+	l, err := StartLive(h, LiveOptions{NoRecord: true, UI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &quitRunner{bus: l.Bus, quit: make(chan struct{})}
+	var first trace.Event
+	ui := func(ctx context.Context, sub *trace.Subscription) error {
+		first = <-sub.Events()
+		return errors.New("no terminal")
+	}
+	_, runErr, fileErr := l.Drive(context.Background(), r, ui)
+	if first.Marker == nil || first.Marker.Name != trace.MarkerRunStart {
+		t.Errorf("the UI's first event is %+v, want run_start", first)
+	}
+	if runErr == nil || !strings.Contains(runErr.Error(), "terminal UI: no terminal") || fileErr != nil {
+		t.Errorf("runErr %v fileErr %v", runErr, fileErr)
+	}
+	l2, _ := StartLive(h, LiveOptions{NoRecord: true})
+	if _, runErr, _ := l2.Drive(context.Background(), &quitRunner{bus: l2.Bus, quit: make(chan struct{})}, ui); runErr == nil {
+		t.Error("a UI without LiveOptions.UI was accepted")
 	}
 }
