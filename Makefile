@@ -4,8 +4,12 @@ BIN     := bin/treni-top
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PKGS    := ./...
+# The linters, pinned: `go run pkg@version` fetches them from the Go module
+# proxy on first use, so a fresh machine needs nothing but Go.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 
-.PHONY: run build test vet fmt fmt-check bench clean e2e-ollama
+.PHONY: run build test vet lint fmt fmt-check bench clean e2e-ollama
 
 ## run: the interactive profiler on the built-in engine's demo model
 run: build
@@ -15,12 +19,18 @@ run: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/treni-top
 
-## test: gofmt check, go vet, then every test with the race detector
-test: fmt-check vet
+## test: gofmt check, go vet, the linters, then every test with the race detector
+test: fmt-check vet lint
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
+
+## lint: staticcheck, and deadcode -test (no function unreachable even from a test)
+lint:
+	$(GO) run $(STATICCHECK) $(PKGS)
+	@out=$$($(GO) run $(DEADCODE) -test $(PKGS)) || exit 1; \
+	if [ -n "$$out" ]; then echo "deadcode: unreachable functions (remove them):"; echo "$$out"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

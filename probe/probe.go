@@ -18,23 +18,11 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// Default sampling intervals (DESIGN.md issue 5: 100 ms normally, 10 ms
-// while a cold start is being traced so short stages still get readings).
+// Default sampling intervals: 100 ms normally, 10 ms while a cold start is
+// being traced so short stages still get readings.
 const (
 	DefaultInterval = 100 * time.Millisecond
 	ColdInterval    = 10 * time.Millisecond
-)
-
-// Marker names the runner emits about its samplers. They are not in trace's
-// list because only the probe produces them; consumers show them as plain
-// markers.
-const (
-	// MarkerSamplerFailing is emitted once when a sampler has failed
-	// FailuresBeforeReport times in a row; attrs: sampler, error, failures.
-	MarkerSamplerFailing = "sampler_failing"
-	// MarkerSamplerRecovered is emitted once when a sampler reported as
-	// failing produces a reading again; attrs: sampler, failures.
-	MarkerSamplerRecovered = "sampler_recovered"
 )
 
 // FailuresBeforeReport is how many consecutive failures make a sampler
@@ -175,7 +163,7 @@ type slot struct {
 	s        Sampler
 	waits    bool // a Waiter: its cost is not CPU
 	failures int  // consecutive
-	reported bool // MarkerSamplerFailing emitted for this streak
+	reported bool // trace.MarkerSamplerFailing emitted for this streak
 	next     time.Time
 }
 
@@ -256,7 +244,7 @@ func (r *Runner) sampleOnce(ctx context.Context, sl *slot) time.Duration {
 		if sl.failures == FailuresBeforeReport && !sl.reported {
 			sl.reported = true
 			r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
-				Name:  MarkerSamplerFailing,
+				Name:  trace.MarkerSamplerFailing,
 				Attrs: trace.Attrs{"sampler": sl.s.Name(), "error": err.Error(), "failures": sl.failures},
 			}})
 		}
@@ -264,7 +252,7 @@ func (r *Runner) sampleOnce(ctx context.Context, sl *slot) time.Duration {
 	}
 	if sl.reported {
 		r.sink.Emit(trace.Event{At: at, Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{
-			Name:  MarkerSamplerRecovered,
+			Name:  trace.MarkerSamplerRecovered,
 			Attrs: trace.Attrs{"sampler": sl.s.Name(), "failures": sl.failures},
 		}})
 	}

@@ -137,15 +137,15 @@ func TestFailingSamplerReportsOnceAndRecovers(t *testing.T) {
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	waitFor(t, "several failures", func() bool { return f.calls.Load() >= FailuresBeforeReport+3 })
-	if n := rec.count(trace.KindMarker, MarkerSamplerFailing); n != 1 {
+	if n := rec.count(trace.KindMarker, trace.MarkerSamplerFailing); n != 1 {
 		t.Fatalf("%d failing markers, want exactly 1", n)
 	}
 	f.fail.Store(false)
-	waitFor(t, "recovery", func() bool { return rec.count(trace.KindMarker, MarkerSamplerRecovered) == 1 })
+	waitFor(t, "recovery", func() bool { return rec.count(trace.KindMarker, trace.MarkerSamplerRecovered) == 1 })
 	waitFor(t, "samples after recovery", func() bool { return rec.count(trace.KindSample, "fake") >= 1 })
 	cancel()
 	<-done
-	if n := rec.count(trace.KindMarker, MarkerSamplerFailing); n != 1 {
+	if n := rec.count(trace.KindMarker, trace.MarkerSamplerFailing); n != 1 {
 		t.Fatalf("%d failing markers, want exactly 1", n)
 	}
 }

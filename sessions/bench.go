@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // BenchRun is one run of a load workload recorded by `treni-top bench`,
@@ -95,7 +96,7 @@ func fillBench(b *BenchRun, reqs []trace.Request) {
 		b.OutputTokPerS = float64(out) / d
 		b.ReqPerS = float64(b.Requests-b.Errors) / d
 	}
-	b.TTFT, b.ITL, b.TPOT, b.E2E = Summarize(ttft), Summarize(itl), Summarize(tpot), Summarize(e2e)
+	b.TTFT, b.ITL, b.TPOT, b.E2E = stat.Summarize(ttft), stat.Summarize(itl), stat.Summarize(tpot), stat.Summarize(e2e)
 }
 
 // writeBenchMarkdown renders load runs as the serving benchmark log's
@@ -126,11 +127,11 @@ func writeBenchMarkdown(b *strings.Builder, runs []BenchRun) {
 	}
 	row("Requests", func(r BenchRun) string { return fmt.Sprint(r.Requests) })
 	row("Throughput (tok/s)", func(r BenchRun) string { return fmt.Sprintf("%.1f", r.OutputTokPerS) })
-	row("TTFT P50 (ms)", func(r BenchRun) string { return fmtMS(r.TTFT.Median) })
-	row("TTFT P99 (ms)", func(r BenchRun) string { return fmtMS(r.TTFT.P99) })
-	row("ITL P50 (ms)", func(r BenchRun) string { return fmtMS(r.ITL.Median) })
-	row("ITL P99 (ms)", func(r BenchRun) string { return fmtMS(r.ITL.P99) })
-	row("TPOT P50 (ms)", func(r BenchRun) string { return fmtMS(r.TPOT.Median) })
+	row("TTFT P50 (ms)", func(r BenchRun) string { return stat.FormatMS(r.TTFT.Median) })
+	row("TTFT P99 (ms)", func(r BenchRun) string { return stat.FormatMS(r.TTFT.P99) })
+	row("ITL P50 (ms)", func(r BenchRun) string { return stat.FormatMS(r.ITL.Median) })
+	row("ITL P99 (ms)", func(r BenchRun) string { return stat.FormatMS(r.ITL.P99) })
+	row("TPOT P50 (ms)", func(r BenchRun) string { return stat.FormatMS(r.TPOT.Median) })
 	row("Latency P50 (s)", func(r BenchRun) string { return fmt.Sprintf("%.3f", r.E2E.Median/1000) })
 	row("Errors", func(r BenchRun) string { return fmt.Sprint(r.Errors) })
 	b.WriteString("\n")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // ChromeEvent is one entry of a Chrome trace's traceEvents array, the JSON
@@ -92,7 +93,7 @@ func ExportChrome(s *Session) ([]byte, error) {
 			if name == "" {
 				name = q.ID
 			}
-			args := map[string]any{"phase": string(q.Phase), "ttft_ms": toMS(q.TTFT()), "e2e_ms": toMS(q.E2E()), "tokens": q.OutputTokens()}
+			args := map[string]any{"phase": string(q.Phase), "ttft_ms": stat.MS(q.TTFT()), "e2e_ms": stat.MS(q.E2E()), "tokens": q.OutputTokens()}
 			if q.Error != "" {
 				args["error"] = q.Error
 			}
@@ -116,7 +117,6 @@ func ExportChrome(s *Session) ([]byte, error) {
 		pid := pidOf(e.Run)
 		switch e.Kind {
 		case trace.KindSample:
-			args := map[string]any{}
 			keys := make([]string, 0, len(e.Sample.Values))
 			for k := range e.Sample.Values {
 				keys = append(keys, k)
@@ -125,7 +125,7 @@ func ExportChrome(s *Session) ([]byte, error) {
 			// One counter track per metric, named source.metric, so that
 			// units never share an axis.
 			for _, k := range keys {
-				args = map[string]any{"value": e.Sample.Values[k]}
+				args := map[string]any{"value": e.Sample.Values[k]}
 				add(ChromeEvent{Name: e.Sample.Source + "." + k, Cat: "sample", Ph: "C", TS: us(e.At), PID: pid, Args: args})
 			}
 		case trace.KindMarker:

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // Verdict is the outcome for one hypothesis of the diagnosis table.
@@ -20,9 +20,9 @@ const (
 	VerdictInsufficient Verdict = "insufficient evidence" // a probe is missing; Missing says which
 )
 
-// Thresholds of the decision table. Each comes from the runbook's signals
-// (../shared/seeds/vllm-runtime-probes-ttft-runbook.md §4.1) turned into a
-// number; the comment says why the number is where it is.
+// Thresholds of the decision table. Each is a signal of the TTFT runbook
+// turned into a number (docs/ARCHITECTURE.md, "Diagnosis"); the comment
+// says why the number is where it is.
 const (
 	// ColdResidency: below this fraction of the weight bytes resident in the
 	// page cache before launch, the weights must come from storage (signal
@@ -65,7 +65,8 @@ type Evidence struct {
 	Value string `json:"value"`
 }
 
-// Hypothesis is one row of the decision table of DESIGN.md §5.
+// Hypothesis is one row of the decision table (docs/ARCHITECTURE.md,
+// "Diagnosis").
 type Hypothesis struct {
 	Code  string `json:"code"` // A–F
 	Title string `json:"title"`
@@ -93,6 +94,8 @@ type Diagnosis struct {
 	ColdTotalMS float64 `json:"cold_total_ms"`
 	ColdPenalty float64 `json:"cold_penalty,omitempty"`
 	WarmBand    string  `json:"warm_band,omitempty"`
+	// Engine is the kind of target the next knobs were chosen for.
+	Engine Engine `json:"engine,omitempty"`
 	// Summary is one line for headers, reports and diffs.
 	Summary string `json:"summary"`
 	// Facts are the measured inputs, reused by diff to explain changes.
@@ -135,356 +138,164 @@ type RunFacts struct {
 	UntimedLog bool `json:"untimed_log,omitempty"`
 }
 
-type hypothesisDef struct{ code, title, knob string }
-
-// hypotheses lists the table's rows with the runbook's tuning direction for
-// each (§6 "Next tuning direction" and Appendix E).
-func hypotheses() []hypothesisDef {
-	return []hypothesisDef{
-		{"A", "page cache fill dominated", "pre-warm the page cache before scale-up (read the weight files once), keep weights on local NVMe or RAM-backed storage, or stream weights while loading"},
-		{"B", "HBM transfer / allocation dominated", "upload from pinned or cuMemHostRegister'd host memory in large chunks on two streams, overlapped with reads; fewer, larger copies"},
-		{"C", "runtime warm-up dominated", "capture fewer graph buckets (or lazily), reuse compile caches, or pre-warm with a dummy request before reporting healthy"},
-		{"D", "first-time KV / buffer allocation dominated", "size the KV pool smaller (--max-model-len, --gpu-memory-utilization) or allocate it at start-up instead of on the first request"},
-		{"E", "process / runtime init dominated", "trim interpreter start and imports (lazy imports), keep a warm process pool, or use a compiled runtime"},
-		{"F", "queueing / scheduling dominated (warm)", "tune batching: --max-num-seqs, --max-num-batched-tokens, chunked prefill; or lower client concurrency"},
-	}
-}
-
 // Diagnose evaluates the decision table on the last cold run of events.
 func Diagnose(events []trace.Event) Diagnosis {
 	runs := Analyze(events)
 	if len(runs) == 0 {
 		d := Diagnosis{Summary: "insufficient evidence: no cold run recorded yet"}
-		for _, h := range hypotheses() {
-			d.Hypotheses = append(d.Hypotheses, Hypothesis{Code: h.code, Title: h.title, Verdict: VerdictInsufficient, Missing: []string{"a cold run"}})
+		for _, r := range rules() {
+			d.Hypotheses = append(d.Hypotheses, Hypothesis{Code: r.code, Title: r.title, Verdict: VerdictInsufficient, Missing: []string{"a cold run"}})
 		}
 		return d
 	}
 	return DiagnoseRun(events, runs[len(runs)-1])
 }
 
-// DiagnoseRun evaluates the decision table for one run.
+// DiagnoseRun evaluates the decision table for one run: the facts are
+// gathered once, every rule turns them into its row (term, evidence,
+// missing probes), the next knob is chosen for the target's kind, and a
+// separate ranking step gives the verdicts.
 func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
-	f := collectFacts(events, run)
-	a := run.Attribution
-	total := float64(run.ColdTotal())
-	d := Diagnosis{Run: run.Index, ColdTotalMS: toMS(run.ColdTotal()), Facts: f}
-	rs := SummarizeRequests(run.Requests)
-	d.ColdPenalty = rs.ColdPenalty
-	if rs.WarmTTFT.N > 0 {
-		d.WarmBand = fmt.Sprintf("%s ms ± %.0f%%", fmtMS(rs.WarmTTFT.Median), 100*rs.WarmTTFT.Spread)
+	x := gatherFacts(events, run)
+	d := Diagnosis{Run: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), Facts: x.RunFacts, Engine: x.engine.Engine}
+	d.ColdPenalty = x.reqs.ColdPenalty
+	if x.reqs.WarmTTFT.N > 0 {
+		d.WarmBand = fmt.Sprintf("%s ms ± %.0f%%", stat.FormatMS(x.reqs.WarmTTFT.Median), 100*x.reqs.WarmTTFT.Spread)
 	}
-	dur := func(names ...trace.Stage) time.Duration {
-		var sum time.Duration
-		for _, n := range names {
-			if s, ok := a.Stage(n); ok {
-				sum += s.Duration
-			}
-		}
-		return sum
+	rs := rules()
+	rows := make([]*Hypothesis, len(rs))
+	for i, r := range rs {
+		h := &Hypothesis{Code: r.code, Title: r.title}
+		r.eval(x, h)
+		h.NextKnob = nextKnob(r.code, x.engine)
+		rows[i] = h
 	}
-	pct := func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
-	gb := func(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
-	defs := hypotheses()
-	rows := make(map[string]*Hypothesis, len(defs))
-	for _, h := range defs {
-		rows[h.code] = &Hypothesis{Code: h.code, Title: h.title, NextKnob: h.knob}
-	}
+	rank(&d, rs, rows, x)
+	d.Summary = summarize(d, run)
+	return d
+}
 
-	// A and B share the loading term: where the weights came from decides.
-	loadTerm := dur(trace.StagePageCache)
-	uploadTerm := dur(trace.StageDecoderTensorUpload)
-	// model_load is a server's own total; stages it contains (KV sizing,
-	// CUDA init inside "llama runner started in …") are counted by their
-	// own rows, so only the time it alone covers is loading.
-	if s, ok := a.Stage(trace.StageModelLoad); ok {
-		uploadTerm += s.Exclusive
-	}
-	// A download inside the load (a server fetching weights from a hub) is
-	// the strongest evidence that the bytes were not in RAM: they were not
-	// even on disk.
-	var downloadS float64
-	for _, sp := range run.Spans {
-		if v, ok := sp.Attrs.Float("download_s"); ok {
-			downloadS += v
+// rank turns the cold rules' terms into shares of the cold total and
+// verdicts (the largest share at or above DominantShare is dominant, unless
+// more of the cold start is unexplained or undecided than it explains),
+// then orders every row: dominant, contributes, insufficient, ruled out,
+// larger score first.
+func rank(d *Diagnosis, rs []rule, rows []*Hypothesis, x *facts) {
+	var cold []*Hypothesis
+	for i, r := range rs {
+		if r.cold {
+			cold = append(cold, rows[i])
 		}
 	}
-	residencyKnown := f.ResidentBefore >= 0
-	ioKnown := f.IOReadBytes >= 0 && f.WeightBytes > 0
-	coldCache := downloadS > 0 && toMS(loadTerm+uploadTerm) > 0 && downloadS*1000 >= 0.5*toMS(loadTerm+uploadTerm) ||
-		residencyKnown && f.ResidentBefore < ColdResidency ||
-		!residencyKnown && ioKnown && f.IOReadBytes >= IOReadMatchesWeights*f.WeightBytes
-	warmCache := residencyKnown && f.ResidentBefore >= WarmResidency ||
-		!residencyKnown && ioKnown && f.IOReadBytes < 0.1*f.WeightBytes
-	A, B := rows["A"], rows["B"]
-	if residencyKnown {
-		A.Evidence = append(A.Evidence, Evidence{"resident before launch", pct(f.ResidentBefore)})
-		B.Evidence = append(B.Evidence, Evidence{"resident before launch", pct(f.ResidentBefore)})
-	}
-	if f.Evicted {
-		A.Evidence = append(A.Evidence, Evidence{"evicted by treni-top", "yes"})
-	}
-	if ioKnown {
-		A.Evidence = append(A.Evidence, Evidence{"IO read in cold window", fmt.Sprintf("%s of %s weights", gb(f.IOReadBytes), gb(f.WeightBytes))})
-	}
-	if downloadS > 0 {
-		A.Evidence = append(A.Evidence, Evidence{"weights downloaded during load", fmt.Sprintf("%.1f s", downloadS)})
-	}
-	if f.CachedRise > 0 {
-		A.Evidence = append(A.Evidence, Evidence{"page cache grew", gb(f.CachedRise)})
-	}
-	if loadTerm > 0 {
-		A.Evidence = append(A.Evidence, Evidence{"page_cache stage", FormatDuration(loadTerm)})
-	}
-	if uploadTerm > 0 {
-		B.Evidence = append(B.Evidence, Evidence{"upload/load stage", FormatDuration(uploadTerm)})
-	}
-	if f.HaveGPU {
-		B.Evidence = append(B.Evidence, Evidence{"GPU memory rise", gb(f.GPUMemRise)}, Evidence{"PCIe RX peak", fmt.Sprintf("%.1f GB/s", f.PCIeRXMax/1e9)})
-	}
-	switch {
-	case coldCache:
-		// Storage reads sit inside every loading stage.
-		A.TermMS = toMS(loadTerm + uploadTerm)
-	case warmCache:
-		// With the bytes in RAM, loading is moving them into the engine's
-		// resident memory: device memory on a GPU, the process's own
-		// mapping on CPU.
-		B.TermMS = toMS(loadTerm + uploadTerm)
-	default:
-		switch {
-		case loadTerm+uploadTerm == 0:
-		case residencyKnown:
-			// Partly resident: neither storage nor memory traffic can be
-			// said to dominate loading without timing them apart.
-			why := fmt.Sprintf("a page cache neither cold nor warm (%.0f%% resident before launch; cold is < %.0f%%, warm ≥ %.0f%%): evict (--evict-page-cache) or pre-read the weights to decide",
-				100*f.ResidentBefore, 100*ColdResidency, 100*WarmResidency)
-			A.Missing = append(A.Missing, why)
-			B.Missing = append(B.Missing, why)
-		default:
-			A.Missing = append(A.Missing, "page-cache residency of the weight files (page-cache sampler, or run with --evict-page-cache)")
-			B.Missing = append(B.Missing, "page-cache residency of the weight files (page-cache sampler)")
-		}
-	}
-
-	// C: the device runtime's one-time setup — driver and context init,
-	// module load and JIT, compile, graph capture, warm-up passes — with
-	// stability of the warm requests as evidence. cuda_init belongs here,
-	// not to E: E is the process's own start "before any device work".
-	C := rows["C"]
-	warmStages := []trace.Stage{trace.StageCUDAInit, trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup}
-	C.TermMS = toMS(dur(warmStages...))
-	for _, n := range warmStages {
-		if t := dur(n); t > 0 {
-			C.Evidence = append(C.Evidence, Evidence{string(n), FormatDuration(t)})
-		}
-	}
-	if rs.WarmTTFT.N >= 2 {
-		C.Evidence = append(C.Evidence, Evidence{"warm TTFT spread", pct(rs.WarmTTFT.Spread)})
-	}
-
-	// D: KV sizing at start plus first-request excess with a memory jump.
-	D := rows["D"]
-	kv := dur(trace.StageKVAlloc)
-	D.TermMS = toMS(kv)
-	if kv > 0 {
-		D.Evidence = append(D.Evidence, Evidence{"kv_alloc", FormatDuration(kv)})
-		if s, ok := a.Stage(trace.StageKVAlloc); ok {
-			if b, ok := s.Attrs.Float(trace.AttrBytes); ok && b > 0 {
-				D.Evidence = append(D.Evidence, Evidence{"KV pool", gb(b)})
-			}
-			if b, ok := s.Attrs.Float("touched_bytes"); ok && b > 0 {
-				D.Evidence = append(D.Evidence, Evidence{"memory allocated and touched", gb(b)})
-			}
-		}
-	}
-	if rs.Cold != nil && rs.WarmTTFT.N > 0 {
-		excess := rs.Cold.TTFT - rs.WarmTTFT.Median
-		jump := f.GPUMemFirstReq
-		if f.RSSFirstReq > jump {
-			jump = f.RSSFirstReq
-		}
-		if excess > 0 {
-			if jump >= FirstRequestMemJump {
-				D.TermMS += excess
-				D.Evidence = append(D.Evidence, Evidence{"cold_1 − warm median TTFT", fmtMS(excess) + " ms"}, Evidence{"memory jump on first request", gb(jump)})
-			} else {
-				C.TermMS += excess
-				C.Evidence = append(C.Evidence, Evidence{"first-run overhead (cold_1 − warm median)", fmtMS(excess) + " ms"})
-			}
-		}
-	}
-
-	// E: process start and runtime init (imports, interpreter, config).
-	// A silent start is not guessed into E: live runs get process_start
-	// (spawn → first output) from the launcher, and time no stage covers
-	// stays unattributed.
-	E := rows["E"]
-	E.TermMS = toMS(dur(trace.StageProcessStart, trace.StageRuntimeInit))
-	for _, n := range []trace.Stage{trace.StageProcessStart, trace.StageRuntimeInit} {
-		if t := dur(n); t > 0 {
-			E.Evidence = append(E.Evidence, Evidence{string(n), FormatDuration(t)})
-		}
-	}
-
-	if !f.HaveGPU && uploadTerm == 0 {
-		// On the CPU backend "resident memory" is the process's own
-		// mapping of the weights: faulting the pages in, not a PCIe copy.
-		B.NextKnob = "pre-fault the mapping in parallel (madvise WILLNEED, MAP_POPULATE), use huge pages, or keep a warm process so the weights stay mapped"
-		B.Evidence = append(B.Evidence, Evidence{"device", "CPU: loading is mapping the cached weights into the process"})
-	}
-
-	// Shares and verdicts for A–E.
-	for _, code := range []string{"A", "B", "C", "D", "E"} {
-		h := rows[code]
+	total := x.run.ColdTotal()
+	for _, h := range cold {
 		if total > 0 {
-			h.Score = h.TermMS / toMS(time.Duration(total))
+			h.Score = h.TermMS / stat.MS(total)
 		}
 		if h.TermMS > 0 {
-			h.Evidence = append([]Evidence{{"term", fmt.Sprintf("%s ms = %s of cold", fmtMS(h.TermMS), pct(h.Score))}}, h.Evidence...)
+			h.Evidence = append([]Evidence{{"term", fmt.Sprintf("%s ms = %s of cold", stat.FormatMS(h.TermMS), pct(h.Score))}}, h.Evidence...)
 		}
 	}
+	d.Dominant = giveVerdicts(cold, candidate(cold, x))
+	if x.UntimedLog {
+		// Durations placed by line count are not evidence of time spent.
+		d.Dominant = insufficient(cold, "timestamps in the log (its durations count lines, not time)")
+	}
+	if total <= 0 {
+		d.Dominant = insufficient(cold, "a cold window (stages or a cold request)")
+	}
+	for _, h := range rows {
+		d.Hypotheses = append(d.Hypotheses, *h)
+	}
+	order := map[Verdict]int{VerdictDominant: 0, VerdictContributes: 1, VerdictInsufficient: 2, VerdictRuledOut: 3}
+	sort.SliceStable(d.Hypotheses, func(i, j int) bool {
+		hi, hj := d.Hypotheses[i], d.Hypotheses[j]
+		if order[hi.Verdict] != order[hj.Verdict] {
+			return order[hi.Verdict] < order[hj.Verdict]
+		}
+		return hi.Score > hj.Score
+	})
+}
 
-	// F: queueing, from load at several concurrencies.
-	diagnoseQueueing(rows["F"], run.Requests)
-
+// candidate is the cold row with the largest share, or nil when it may
+// not be called dominant: more of the cold start is covered by no stage
+// than it explains, or the loading term is larger but undecided (A or B,
+// residency unknown). Either reason is added to the rows' evidence.
+func candidate(cold []*Hypothesis, x *facts) *Hypothesis {
 	var best *Hypothesis
-	for _, code := range []string{"A", "B", "C", "D", "E"} {
-		h := rows[code]
+	for _, h := range cold {
 		if best == nil || h.Score > best.Score {
 			best = h
 		}
 	}
-	// An undecided loading term (A or B, residency unknown) larger than
-	// every decided term forbids calling any of them dominant.
+	if best == nil {
+		return nil
+	}
+	total := x.run.ColdTotal()
 	undecided := 0.0
-	if !coldCache && !warmCache && total > 0 {
-		undecided = float64(loadTerm+uploadTerm) / total
+	if !x.coldCache && !x.warmCache && total > 0 {
+		undecided = float64(x.loadTerm+x.uploadTerm) / float64(total)
 	}
-	if un := a.UnattributedShare(); un > best.Score && (undecided == 0 || un > undecided) {
-		// More of the cold start is unexplained than any term explains.
+	if un := x.run.Attribution.UnattributedShare(); un > best.Score && (undecided == 0 || un > undecided) {
 		note := fmt.Sprintf("%.0f%% of the cold start is covered by no stage", 100*un)
-		for _, code := range []string{"A", "B", "C", "D", "E"} {
-			rows[code].Evidence = append(rows[code].Evidence, Evidence{"unattributed", note})
+		for _, h := range cold {
+			h.Evidence = append(h.Evidence, Evidence{"unattributed", note})
 		}
-		best = nil
-	} else if undecided > best.Score {
-		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
-		A.Evidence = append(A.Evidence, Evidence{"undecided", note})
-		B.Evidence = append(B.Evidence, Evidence{"undecided", note})
-		best = nil
+		return nil
 	}
-	for _, code := range []string{"A", "B", "C", "D", "E"} {
-		h := rows[code]
+	if undecided > best.Score {
+		note := fmt.Sprintf("loading is the largest term (%.0f%% of cold) but where the weights came from is unknown", 100*undecided)
+		for _, h := range cold {
+			if h.Code == "A" || h.Code == "B" {
+				h.Evidence = append(h.Evidence, Evidence{"undecided", note})
+			}
+		}
+		return nil
+	}
+	return best
+}
+
+// giveVerdicts sets the cold rows' verdicts from their shares and returns
+// the dominant row's code ("" when none).
+func giveVerdicts(cold []*Hypothesis, best *Hypothesis) (dominant string) {
+	for _, h := range cold {
 		switch {
 		case len(h.Missing) > 0 && h.TermMS == 0:
 			h.Verdict = VerdictInsufficient
 		case best != nil && h == best && h.Score >= DominantShare:
 			h.Verdict = VerdictDominant
-			d.Dominant = h.Code
+			dominant = h.Code
 		case h.Score >= ContributesShare:
 			h.Verdict = VerdictContributes
 		default:
 			h.Verdict = VerdictRuledOut
 		}
 	}
-	if f.UntimedLog {
-		// Durations placed by line count are not evidence of time spent.
-		for _, code := range []string{"A", "B", "C", "D", "E"} {
-			rows[code].Verdict = VerdictInsufficient
-			rows[code].Missing = append(rows[code].Missing, "timestamps in the log (its durations count lines, not time)")
-		}
-		d.Dominant = ""
-	}
-	if total <= 0 {
-		for _, code := range []string{"A", "B", "C", "D", "E"} {
-			rows[code].Verdict = VerdictInsufficient
-			rows[code].Missing = append(rows[code].Missing, "a cold window (stages or a cold request)")
-		}
-		d.Dominant = ""
-	}
-	for _, h := range defs {
-		d.Hypotheses = append(d.Hypotheses, *rows[h.code])
-	}
-	rank := map[Verdict]int{VerdictDominant: 0, VerdictContributes: 1, VerdictInsufficient: 2, VerdictRuledOut: 3}
-	sort.SliceStable(d.Hypotheses, func(i, j int) bool {
-		hi, hj := d.Hypotheses[i], d.Hypotheses[j]
-		if rank[hi.Verdict] != rank[hj.Verdict] {
-			return rank[hi.Verdict] < rank[hj.Verdict]
-		}
-		return hi.Score > hj.Score
-	})
-	d.Summary = summarize(d, run)
-	return d
+	return dominant
 }
 
-// diagnoseQueueing fills F from load-generator requests: TTFT against the
-// number of requests in flight when each was sent.
-func diagnoseQueueing(F *Hypothesis, reqs []trace.Request) {
-	type point struct {
-		inflight int
-		ttft     float64
+// insufficient marks every cold row undecided for want of what and returns
+// the (empty) dominant code.
+func insufficient(cold []*Hypothesis, what string) string {
+	for _, h := range cold {
+		h.Verdict = VerdictInsufficient
+		h.Missing = append(h.Missing, what)
 	}
-	var pts []point
-	for i, q := range reqs {
-		if q.Phase != trace.PhaseBench || !q.OK() || q.FirstToken == 0 {
-			continue
-		}
-		n := 0
-		for j, o := range reqs {
-			if j != i && o.Sent <= q.Sent && o.Sent+o.End > q.Sent {
-				n++
-			}
-		}
-		pts = append(pts, point{n, toMS(q.FirstToken)})
-	}
-	if len(pts) < 8 {
-		F.Verdict = VerdictInsufficient
-		F.Missing = []string{"load at several concurrencies (treni-top bench)"}
-		return
-	}
-	sort.Slice(pts, func(i, j int) bool { return pts[i].inflight < pts[j].inflight })
-	q := len(pts) / 4
-	if q == 0 {
-		q = 1
-	}
-	var lo, hi []float64
-	for _, p := range pts[:q] {
-		lo = append(lo, p.ttft)
-	}
-	for _, p := range pts[len(pts)-q:] {
-		hi = append(hi, p.ttft)
-	}
-	l, h := Summarize(lo).Median, Summarize(hi).Median
-	growth := 0.0
-	if l > 0 {
-		growth = h / l
-	}
-	F.Evidence = []Evidence{
-		{"TTFT at low concurrency", fmt.Sprintf("%s ms (≤%d in flight)", fmtMS(l), pts[q-1].inflight)},
-		{"TTFT at high concurrency", fmt.Sprintf("%s ms (≥%d in flight)", fmtMS(h), pts[len(pts)-q].inflight)},
-		{"growth", fmt.Sprintf("%.1f×", growth)},
-	}
-	F.Score = growth / (growth + QueueingGrowth)
-	switch {
-	case pts[len(pts)-1].inflight <= pts[0].inflight:
-		F.Verdict = VerdictInsufficient
-		F.Missing = []string{"requests at more than one concurrency"}
-	case growth >= QueueingGrowth:
-		F.Verdict = VerdictDominant
-	case growth >= 1+ContributesShare:
-		F.Verdict = VerdictContributes
-	default:
-		F.Verdict = VerdictRuledOut
-	}
+	return ""
 }
+
+// pct renders a fraction as a whole percentage.
+func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
+
+// gb renders bytes in decimal gigabytes, as the evidence rows do.
+func gb(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
 
 // summarize writes the runbook's one-line conclusion.
 func summarize(d Diagnosis, run Run) string {
 	var parts []string
 	if d.Dominant != "" {
 		h, _ := d.Hypothesis(d.Dominant)
-		parts = append(parts, fmt.Sprintf("%s: %s (%s of %s cold)", h.Code, h.Title, fmt.Sprintf("%.0f%%", 100*h.Score), FormatDuration(run.ColdTotal())))
+		parts = append(parts, fmt.Sprintf("%s: %s (%s of %s cold)", h.Code, h.Title, fmt.Sprintf("%.0f%%", 100*h.Score), stat.FormatDuration(run.ColdTotal())))
 	} else {
 		parts = append(parts, "no single dominant cold term")
 		var missing []string
@@ -518,119 +329,4 @@ func dedupe(xs []string) []string {
 		}
 	}
 	return out
-}
-
-// collectFacts reads the probes' samples and markers for a run.
-func collectFacts(events []trace.Event, run Run) RunFacts {
-	f := RunFacts{ResidentBefore: -1, ResidentAfter: -1, IOReadBytes: -1, CachedRise: -1}
-	var firstRes, lastRes *trace.Sample
-	var readStart, readEnd = -1.0, -1.0
-	var cachedStart, cachedEnd = -1.0, -1.0
-	var gpuStart, gpuEnd = -1.0, -1.0
-	var gpuReqStart, gpuReqEnd, rssReqStart, rssReqEnd = -1.0, -1.0, -1.0, -1.0
-	cold, hasCold := run.ColdRequest()
-	inWindow := func(at time.Duration) bool { return at >= run.Start && at <= run.ColdEnd }
-	for i := range events {
-		e := &events[i]
-		if e.Run != run.Index {
-			continue
-		}
-		switch e.Kind {
-		case trace.KindMarker:
-			m := e.Marker
-			switch m.Name {
-			case trace.MarkerEvicted:
-				f.Evicted = true
-			case trace.MarkerLogClock:
-				if n, ok := m.Attrs.Float("timed_lines"); ok && n == 0 {
-					f.UntimedLog = true
-				}
-			case trace.MarkerResidency:
-				res, ok1 := m.Attrs.Float("resident_bytes")
-				tot, ok2 := m.Attrs.Float("total_bytes")
-				if ok1 && ok2 && tot > 0 && e.At <= run.Start+time.Millisecond*50 {
-					// The last check before launch wins (after eviction).
-					f.ResidentBefore = res / tot
-					f.WeightBytes = tot
-				}
-			}
-		case trace.KindSample:
-			s := e.Sample
-			v := s.Values
-			switch {
-			case s.Source == trace.SourcePageCache:
-				if tot := v[trace.MetricWeightBytes]; tot > 0 {
-					if f.WeightBytes == 0 {
-						f.WeightBytes = tot
-					}
-					if inWindow(e.At) {
-						if firstRes == nil {
-							firstRes = s
-						}
-						lastRes = s
-					}
-				}
-				if c, ok := v[trace.MetricSysCachedBytes]; ok && inWindow(e.At) {
-					if cachedStart < 0 {
-						cachedStart = c
-					}
-					cachedEnd = c
-				}
-			case s.Source == trace.SourceProcess:
-				if r, ok := v[trace.MetricReadBytes]; ok && inWindow(e.At) {
-					if readStart < 0 {
-						readStart = r
-					}
-					readEnd = r
-				}
-				if r, ok := v[trace.MetricRSS]; ok && hasCold && e.At >= cold.Sent && e.At <= cold.Sent+cold.End {
-					if rssReqStart < 0 {
-						rssReqStart = r
-					}
-					rssReqEnd = r
-				}
-			case strings.HasPrefix(s.Source, "gpu"):
-				f.HaveGPU = true
-				if m, ok := v[trace.MetricGPUMemUsed]; ok {
-					if inWindow(e.At) {
-						if gpuStart < 0 {
-							gpuStart = m
-						}
-						gpuEnd = m
-					}
-					if hasCold && e.At >= cold.Sent && e.At <= cold.Sent+cold.End {
-						if gpuReqStart < 0 {
-							gpuReqStart = m
-						}
-						gpuReqEnd = m
-					}
-				}
-				if rx := v[trace.MetricPCIeRX]; rx > f.PCIeRXMax && inWindow(e.At) {
-					f.PCIeRXMax = rx
-				}
-			}
-		}
-	}
-	if f.ResidentBefore < 0 && firstRes != nil {
-		f.ResidentBefore = firstRes.Values[trace.MetricResidentBytes] / firstRes.Values[trace.MetricWeightBytes]
-	}
-	if lastRes != nil {
-		f.ResidentAfter = lastRes.Values[trace.MetricResidentBytes] / lastRes.Values[trace.MetricWeightBytes]
-	}
-	if readStart >= 0 {
-		f.IOReadBytes = readEnd - readStart
-	}
-	if cachedStart >= 0 {
-		f.CachedRise = cachedEnd - cachedStart
-	}
-	if gpuStart >= 0 {
-		f.GPUMemRise = gpuEnd - gpuStart
-	}
-	if gpuReqStart >= 0 {
-		f.GPUMemFirstReq = gpuReqEnd - gpuReqStart
-	}
-	if rssReqStart >= 0 {
-		f.RSSFirstReq = rssReqEnd - rssReqStart
-	}
-	return f
 }

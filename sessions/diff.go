@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // DefaultThreshold is the smallest relative change diff calls a
@@ -99,7 +100,7 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 		return metricOrder(keys[i]) < metricOrder(keys[j]) || (metricOrder(keys[i]) == metricOrder(keys[j]) && keys[i] < keys[j])
 	})
 	for _, k := range keys {
-		row := DiffRow{Metric: k, Base: Summarize(bm[k]), New: Summarize(nm[k])}
+		row := DiffRow{Metric: k, Base: stat.Summarize(bm[k]), New: stat.Summarize(nm[k])}
 		switch {
 		case row.Base.N == 0:
 			row.Verdict = DiffOnlyNew
@@ -181,7 +182,7 @@ func sideFacts(ss []*Session) (float64, string) {
 	if len(res) == 0 {
 		return -1, best
 	}
-	return Summarize(res).Median, best
+	return stat.Summarize(res).Median, best
 }
 
 func orNone(s string) string {
@@ -199,13 +200,13 @@ func collectMetrics(ss []*Session) (map[string][]float64, int) {
 		for _, run := range s.Runs() {
 			runs++
 			if run.ColdEndKind != ColdEndLastStage {
-				m["cold_total/"+run.ColdEndKind] = append(m["cold_total/"+run.ColdEndKind], toMS(run.ColdTotal()))
+				m["cold_total/"+run.ColdEndKind] = append(m["cold_total/"+run.ColdEndKind], stat.MS(run.ColdTotal()))
 			}
 			for _, st := range run.Attribution.Stages {
-				m["stage/"+string(st.Name)] = append(m["stage/"+string(st.Name)], toMS(st.Duration))
+				m["stage/"+string(st.Name)] = append(m["stage/"+string(st.Name)], stat.MS(st.Duration))
 			}
 			if len(run.Attribution.Stages) > 0 {
-				m["stage/"+string(trace.StageUnattributed)] = append(m["stage/"+string(trace.StageUnattributed)], toMS(run.Attribution.Unattributed))
+				m["stage/"+string(trace.StageUnattributed)] = append(m["stage/"+string(trace.StageUnattributed)], stat.MS(run.Attribution.Unattributed))
 			}
 			rs := SummarizeRequests(run.Requests)
 			if rs.Cold != nil {
@@ -281,7 +282,7 @@ func (d DiffResult) Text() string {
 	}
 	for _, r := range d.Rows {
 		if r.Verdict == DiffRegression {
-			fmt.Fprintf(&b, "\n%s %+.0f%%: median %s → %s ms (n=%d → %d)", r.Metric, 100*r.Change, fmtMS(r.Base.Median), fmtMS(r.New.Median), r.Base.N, r.New.N)
+			fmt.Fprintf(&b, "\n%s %+.0f%%: median %s → %s ms (n=%d → %d)", r.Metric, 100*r.Change, stat.FormatMS(r.Base.Median), stat.FormatMS(r.New.Median), r.Base.N, r.New.N)
 			if r.Why != "" {
 				b.WriteString(" — " + r.Why)
 			}
@@ -297,5 +298,5 @@ func triple(s Stats) string {
 	if s.N == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%s/%s/%s", fmtMS(s.Min), fmtMS(s.Median), fmtMS(s.Max))
+	return fmt.Sprintf("%s/%s/%s", stat.FormatMS(s.Min), stat.FormatMS(s.Median), stat.FormatMS(s.Max))
 }

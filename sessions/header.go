@@ -137,3 +137,15 @@ func checkVersion(v string) error {
 	}
 	return nil
 }
+
+// ModelFilesOf lists the weight files that exist, with their sizes, for
+// the header.
+func ModelFilesOf(files []string) []ModelFile {
+	var out []ModelFile
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			out = append(out, ModelFile{Path: f, Bytes: st.Size()})
+		}
+	}
+	return out
+}

@@ -102,20 +102,6 @@ func (r *Recorder) flush() error {
 	return nil
 }
 
-// Events is the number of events written so far.
-func (r *Recorder) Events() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
-}
-
-// Err is the first write error, if any.
-func (r *Recorder) Err() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
 // Sync asks the OS to put the file on stable storage (the `s` key).
 func (r *Recorder) Sync() error {
 	r.mu.Lock()

@@ -204,3 +204,25 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 		}
 	}
 }
+
+// Play runs the replay on a bus of its own in a goroutine it owns and
+// returns the subscription a consumer (the TUI, the headless transcript)
+// reads; the bus closes when the events end, so the consumer sees the end.
+// stop cancels the replay and waits for its goroutine; call it once the
+// consumer is done.
+func (r *Replayer) Play(ctx context.Context) (sub *trace.Subscription, stop func()) {
+	bus := trace.NewBus()
+	sub = bus.Subscribe()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer bus.Close()
+		_ = r.Run(ctx, bus) // ends with ctx or the events; either is fine
+	}()
+	return sub, func() {
+		cancel()
+		sub.Cancel()
+		<-done
+	}
+}

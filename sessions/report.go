@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // Report is what `treni-top report` prints: per run, the stage table and
@@ -61,13 +62,13 @@ func BuildReport(s *Session) Report {
 func buildRunReport(run Run) RunReport {
 	a := run.Attribution
 	rr := RunReport{
-		Index: run.Index, ColdTotalMS: toMS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
-		UnattributedMS: toMS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
+		Index: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
+		UnattributedMS: stat.MS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
 		Dominant: a.Dominant, CriticalPath: a.CriticalPath,
 		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed,
 	}
 	if run.Healthy > 0 {
-		rr.HealthyMS = toMS(run.Healthy - run.Start)
+		rr.HealthyMS = stat.MS(run.Healthy - run.Start)
 	}
 	if run.Exit != nil {
 		rr.ExitCode = run.Exit.ExitCode
@@ -80,8 +81,8 @@ func buildRunReport(run Run) RunReport {
 	}
 	for _, st := range a.Stages {
 		rr.Stages = append(rr.Stages, StageRow{
-			Name: st.Name, StartMS: toMS(st.Start - run.Start), DurationMS: toMS(st.Duration),
-			Share: st.Share, ExclusiveMS: toMS(st.Exclusive), Overlaps: st.Overlaps,
+			Name: st.Name, StartMS: stat.MS(st.Start - run.Start), DurationMS: stat.MS(st.Duration),
+			Share: st.Share, ExclusiveMS: stat.MS(st.Exclusive), Overlaps: st.Overlaps,
 			Workers: workers[st.Name], Attrs: st.Attrs,
 		})
 	}
@@ -168,7 +169,7 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		return
 	}
 	end := map[string]string{ColdEndFirstToken: "process start → first token", ColdEndHealthy: "process start → healthy", ColdEndLastStage: "process start → last stage"}[run.ColdEnd]
-	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
+	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, stat.FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
 	if run.Crashed {
 		fmt.Fprintf(b, "**The target crashed (exit code %d).**\n\n", run.ExitCode)
 	}
@@ -185,17 +186,17 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		for _, o := range s.Overlaps {
 			ov = append(ov, string(o))
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.1f%% | %s | %s |\n", name, fmtMS(s.StartMS), fmtMS(s.DurationMS), 100*s.Share, fmtMS(s.ExclusiveMS), strings.Join(ov, ", "))
+		fmt.Fprintf(b, "| %s | %s | %s | %.1f%% | %s | %s |\n", name, stat.FormatMS(s.StartMS), stat.FormatMS(s.DurationMS), 100*s.Share, stat.FormatMS(s.ExclusiveMS), strings.Join(ov, ", "))
 	}
 	un := string(trace.StageUnattributed)
 	if run.Dominant == trace.StageUnattributed {
 		un = "**" + un + "**"
 	}
-	fmt.Fprintf(b, "| %s | | %s | %.1f%% | | |\n", un, fmtMS(run.UnattributedMS), 100*run.UnattributedPct)
+	fmt.Fprintf(b, "| %s | | %s | %.1f%% | | |\n", un, stat.FormatMS(run.UnattributedMS), 100*run.UnattributedPct)
 	if len(run.CriticalPath) > 0 {
 		var steps []string
 		for _, st := range run.CriticalPath {
-			steps = append(steps, fmt.Sprintf("%s %s", st.Name, fmtMS(toMS(st.End-st.Start))))
+			steps = append(steps, fmt.Sprintf("%s %s", st.Name, stat.FormatMS(stat.MS(st.End-st.Start))))
 		}
 		fmt.Fprintf(b, "\nCritical path: %s\n", strings.Join(steps, " → "))
 	}
@@ -229,7 +230,7 @@ func writeRequestsMarkdown(b *strings.Builder, q RequestSummary) {
 		if row.MultiChunk > 0 {
 			note = strings.TrimPrefix(note+fmt.Sprintf("; %d multi-token chunks", row.MultiChunk), "; ")
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", row.Label, fmtMS(row.TTFT), fmtMS(row.TTFB), fmtMS(row.ITLP50), fmtMS(row.ITLP99), fmtMS(row.TPOT), fmtMS(row.E2E), row.Tokens, note)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", row.Label, stat.FormatMS(row.TTFT), stat.FormatMS(row.TTFB), stat.FormatMS(row.ITLP50), stat.FormatMS(row.ITLP99), stat.FormatMS(row.TPOT), stat.FormatMS(row.E2E), row.Tokens, note)
 	}
 	if q.WarmTTFT.N > 0 {
 		b.WriteString("\n| warm (n=" + fmt.Sprint(q.WarmTTFT.N) + ") | min | median | max | spread |\n|---|--:|--:|--:|--:|\n")
@@ -240,11 +241,11 @@ func writeRequestsMarkdown(b *strings.Builder, q RequestSummary) {
 			if m.s.N == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f%% |\n", m.name, fmtMS(m.s.Min), fmtMS(m.s.Median), fmtMS(m.s.Max), 100*m.s.Spread)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f%% |\n", m.name, stat.FormatMS(m.s.Min), stat.FormatMS(m.s.Median), stat.FormatMS(m.s.Max), 100*m.s.Spread)
 		}
 	}
 	if q.ColdPenalty > 0 {
 		fmt.Fprintf(b, "\nCold penalty factor: cold_1 TTFT ÷ warm median = **%.1f×** (E2E %.1f×); warm band %s ± %.0f%%.\n",
-			q.ColdPenalty, q.ColdPenaltyE2E, fmtMS(q.WarmTTFT.Median)+" ms", 100*q.WarmTTFT.Spread)
+			q.ColdPenalty, q.ColdPenaltyE2E, stat.FormatMS(q.WarmTTFT.Median)+" ms", 100*q.WarmTTFT.Spread)
 	}
 }

@@ -1,11 +1,10 @@
 package sessions
 
 import (
-	"fmt"
 	"sort"
-	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // RequestRow is one request in the runbook's table, times in milliseconds.
@@ -27,7 +26,7 @@ type RequestRow struct {
 func Row(q trace.Request) RequestRow {
 	row := RequestRow{
 		Label: q.Label, Phase: q.Phase,
-		TTFT: toMS(q.TTFT()), TTFB: toMS(q.FirstByte), TPOT: toMS(q.TPOT()), E2E: toMS(q.E2E()),
+		TTFT: stat.MS(q.TTFT()), TTFB: stat.MS(q.FirstByte), TPOT: stat.MS(q.TPOT()), E2E: stat.MS(q.E2E()),
 		Tokens: q.OutputTokens(), MultiChunk: q.MultiTokenChunks, Error: q.Error,
 	}
 	if row.Label == "" {
@@ -35,8 +34,8 @@ func Row(q trace.Request) RequestRow {
 	}
 	if itl := durationsMS(q.ITLs()); len(itl) > 0 {
 		sort.Float64s(itl)
-		row.ITLP50 = Percentile(itl, 50)
-		row.ITLP99 = Percentile(itl, 99)
+		row.ITLP50 = stat.Percentile(itl, 50)
+		row.ITLP99 = stat.Percentile(itl, 99)
 	}
 	return row
 }
@@ -87,8 +86,8 @@ func SummarizeRequests(reqs []trace.Request) RequestSummary {
 			e2e = append(e2e, row.E2E)
 		}
 	}
-	s.WarmTTFT, s.WarmTTFB, s.WarmITL = Summarize(ttft), Summarize(ttfb), Summarize(itl)
-	s.WarmTPOT, s.WarmE2E = Summarize(tpot), Summarize(e2e)
+	s.WarmTTFT, s.WarmTTFB, s.WarmITL = stat.Summarize(ttft), stat.Summarize(ttfb), stat.Summarize(itl)
+	s.WarmTPOT, s.WarmE2E = stat.Summarize(tpot), stat.Summarize(e2e)
 	if s.Cold != nil && s.WarmTTFT.Median > 0 {
 		s.ColdPenalty = s.Cold.TTFT / s.WarmTTFT.Median
 	}
@@ -96,34 +95,4 @@ func SummarizeRequests(reqs []trace.Request) RequestSummary {
 		s.ColdPenaltyE2E = s.Cold.E2E / s.WarmE2E.Median
 	}
 	return s
-}
-
-// fmtMS renders milliseconds for tables: "—" for zero, otherwise 3
-// significant-ish digits.
-func fmtMS(v float64) string {
-	switch {
-	case v == 0:
-		return "—"
-	case v < 10:
-		return fmt.Sprintf("%.2f", v)
-	case v < 100:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
-
-// FormatDuration renders a duration compactly for tables ("412 ms",
-// "2.31 s", "850 µs").
-func FormatDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%d µs", d/time.Microsecond)
-	case d < time.Second:
-		return fmt.Sprintf("%.1f ms", toMS(d))
-	case d < time.Minute:
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-	return d.Round(100 * time.Millisecond).String()
 }

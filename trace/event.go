@@ -320,6 +320,37 @@ const (
 	// MarkerLogClock records how many lines of an imported log carried
 	// their own timestamp (attrs timed_lines, lines).
 	MarkerLogClock = "log_clock"
+
+	// MarkerSequenceDone: the cold sequence of a run finished (attrs: run,
+	// requests, errors).
+	MarkerSequenceDone = "sequence_done"
+	// MarkerRunFailed: a cold run could not complete (attrs: error).
+	MarkerRunFailed = "run_failed"
+	// MarkerActionRefused: a controller action could not be done (attrs:
+	// action, reason), so the UI can say why a key did nothing.
+	MarkerActionRefused = "action_refused"
+	// MarkerAttached: the runner attached to a running server (instead of
+	// run_start, since nothing was started).
+	MarkerAttached = "attached"
+	// MarkerGPUStatus is emitted once at the start with the GPU sampler's
+	// state ("no NVIDIA GPU: …" or "1 NVIDIA GPU(s)"), so the UI can say
+	// why there is no GPU panel instead of repeating errors.
+	MarkerGPUStatus = "gpu_status"
+	// MarkerServerTimings carries a server's own figures for a request
+	// (Ollama's load_duration, prompt_eval_duration, eval_duration, in ms),
+	// so the cold TTFT can be checked against them (attrs: request, label,
+	// load_ms, prompt_eval_ms, eval_ms, total_ms).
+	MarkerServerTimings = "server_timings"
+	// MarkerSamplerFailing is emitted once when a sampler has failed
+	// several times in a row; attrs: sampler, error, failures.
+	MarkerSamplerFailing = "sampler_failing"
+	// MarkerSamplerRecovered is emitted once when a sampler reported as
+	// failing produces a reading again; attrs: sampler, failures.
+	MarkerSamplerRecovered = "sampler_recovered"
+	// MarkerKindDetected is emitted when the server kind is recognised from
+	// its output after the process start event went out as unknown (attrs:
+	// server_kind).
+	MarkerKindDetected = "server_kind_detected"
 )
 
 // Marker is a named instant with attributes.

@@ -1,6 +1,6 @@
 // Package trace defines treni-top's event stream: the event types every
-// producer emits and every consumer reads, the canonical cold-stage names of
-// DESIGN.md §3, span arithmetic over stage intervals, and the fan-out bus that
+// producer emits and every consumer reads, the canonical cold-stage names
+// (docs/ARCHITECTURE.md, "Stages"), span arithmetic over stage intervals, and the fan-out bus that
 // carries events from producers to consumers. It imports nothing of ours.
 package trace
 
@@ -8,7 +8,7 @@ package trace
 // free-form strings, so that files, the UI and the diagnosis agree.
 type Stage string
 
-// The cold-stage taxonomy of DESIGN.md §3, in the order a cold start usually
+// The cold-stage taxonomy (docs/ARCHITECTURE.md, "Stages"), in the order a cold start usually
 // passes through them.
 const (
 	StageProcessStart        Stage = "process_start"
@@ -62,7 +62,8 @@ func (s Stage) Order() int {
 	return len(taxonomy)
 }
 
-// Description is the one-line meaning of the stage from DESIGN.md §3.
+// Description is the one-line meaning of the stage (docs/ARCHITECTURE.md,
+// "Stages").
 func (s Stage) Description() string {
 	switch s {
 	case StageProcessStart:

@@ -15,7 +15,8 @@ const StageLineTag = "v1"
 // StageLine is the built-in engine's structured report of one cold stage:
 // one JSON object on one stderr line, wall-clock nanoseconds since the Unix
 // epoch for start and end, and attributes. The launcher parses these lines
-// like any other server's log (DESIGN.md §2), so standalone
+// like any other server's log (docs/ARCHITECTURE.md, "Data flow"), so
+// standalone
 // `treni-top serve` is a normal server with normal, readable logs.
 //
 //	{"treni_stage":"v1","stage":"tensor_index_build","start_ns":…,"end_ns":…,"attrs":{"tensors":398,"bytes":…}}

@@ -308,6 +308,6 @@ func TestStageTaxonomy(t *testing.T) {
 		seen[s] = true
 	}
 	if len(seen) != 15 || Stage("x").Valid() || StageUnattributed.Valid() {
-		t.Fatal("taxonomy must be the 15 stages of DESIGN.md §3")
+		t.Fatal("taxonomy must be the 15 stages of docs/ARCHITECTURE.md, Stages")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/treni-top/treni-top/trace"
@@ -181,4 +182,61 @@ func stageLineText(text string) string {
 		out += " " + k + "=" + v
 	}
 	return out + ")"
+}
+
+// capturing is true while a search is being typed: every key but quit
+// edits it.
+func (l *logView) capturing() bool { return l.searching }
+
+// startSearch opens the search prompt (the root's "/" key, from any pane).
+func (l *logView) startSearch() {
+	l.searching = true
+	l.input = ""
+}
+
+// onKey handles the log's own keys: the search prompt while typing, then
+// next/previous match and scrolling while focused.
+func (l *logView) onKey(c *programContext, st *state, msg tea.KeyMsg) bool {
+	if l.searching {
+		switch msg.Type {
+		case tea.KeyEnter:
+			l.searching = false
+			l.query = l.input
+			l.sync(c, st, l.height)
+			l.jump(0)
+		case tea.KeyEsc:
+			l.searching = false
+		case tea.KeyCtrlC:
+			return false // quit
+		default:
+			l.edit(msg)
+		}
+		return true
+	}
+	k := c.keys
+	switch {
+	case key.Matches(msg, k.NextMatch):
+		l.jump(l.cur + 1)
+	case key.Matches(msg, k.PrevMatch):
+		l.jump(l.cur - 1)
+	case key.Matches(msg, k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom):
+		l.sync(c, st, l.height) // scroll over what is there now
+		switch {
+		case key.Matches(msg, k.Up):
+			l.scroll(-1)
+		case key.Matches(msg, k.Down):
+			l.scroll(1)
+		case key.Matches(msg, k.PageUp):
+			l.scroll(-l.height)
+		case key.Matches(msg, k.PageDown):
+			l.scroll(l.height)
+		case key.Matches(msg, k.Top):
+			l.top()
+		case key.Matches(msg, k.Bottom):
+			l.bottom()
+		}
+	default:
+		return false
+	}
+	return true
 }

@@ -128,16 +128,6 @@ func Run(ctx context.Context, opts Options) error {
 	return err
 }
 
-// NewModel returns the program's model without running it, for tests
-// (teatest or View at fixed sizes). Colors follow Options.NoColor and
-// NO_COLOR; the theme is dark unless Options.Light.
-func NewModel(opts Options) Model {
-	if noColorEnv() {
-		opts.NoColor = true
-	}
-	return newModel(opts, false)
-}
-
 // renderFPS caps redraws. Events are already batched and analysis is
 // throttled to 10/s, so more frames than that would show nothing new;
 // each frame slot is a wakeup of the renderer, which an idle UI pays for

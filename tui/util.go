@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/x/ansi"
-
-	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -90,35 +89,13 @@ func joinH(blocks ...[]string) []string {
 	return out
 }
 
-// fmtBytes renders a byte count in binary units ("1.21 GiB").
-func fmtBytes(b float64) string {
-	const k = 1024.0
-	switch {
-	case b >= k*k*k:
-		return fmt.Sprintf("%.2f GiB", b/(k*k*k))
-	case b >= k*k:
-		return fmt.Sprintf("%.1f MiB", b/(k*k))
-	case b >= k:
-		return fmt.Sprintf("%.0f KiB", b/k)
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
+// fmtBytes, fmtDur and fmtMS are trace/stat's formats under short names
+// for the many call sites; the implementations live there only.
+func fmtBytes(b float64) string { return stat.FormatBytes(b) }
 
-// fmtDur is sessions.FormatDuration, named short for the many call sites.
-func fmtDur(d time.Duration) string { return sessions.FormatDuration(d) }
+func fmtDur(d time.Duration) string { return stat.FormatDuration(d) }
 
-// fmtMS renders milliseconds for tables; zero (not observed) is "—".
-func fmtMS(v float64) string {
-	switch {
-	case v == 0:
-		return "—"
-	case v < 10:
-		return fmt.Sprintf("%.2f", v)
-	case v < 100:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
+func fmtMS(v float64) string { return stat.FormatMS(v) }
 
 // pct renders a fraction as a percentage.
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
@@ -137,3 +114,31 @@ func padLeft(s string, n int) string {
 
 // widthOf is the display width of s, ANSI sequences excluded.
 func widthOf(s string) int { return ansi.StringWidth(s) }
+
+// wrap breaks plain text at spaces into lines of at most w cells, each
+// starting with indent.
+func wrap(s string, w int, indent string) []string {
+	return wrapItems(strings.Fields(s), " ", w, indent)
+}
+
+// wrapItems packs items joined by sep into lines of at most w cells; an
+// item longer than a line gets a line of its own (and is cut by the frame).
+func wrapItems(items []string, sep string, w int, indent string) []string {
+	var out []string
+	cur := ""
+	for _, it := range items {
+		switch {
+		case cur == "":
+			cur = indent + it
+		case widthOf(cur)+widthOf(sep)+widthOf(it) <= w:
+			cur += sep + it
+		default:
+			out = append(out, cur)
+			cur = indent + it
+		}
+	}
+	if cur != "" {
+		out = append(out, cur)
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // attachOptions are attach's flags.
@@ -51,35 +52,26 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 	if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
 		return withExit(2, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", rawURL))
 	}
-	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: o.kind}
+	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: serverlog.Kind(o.kind)}
 	gpus, device := gpuHeader()
 	clock := trace.NewClock()
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
 		Kind: sessions.TargetAttach, ServerKind: o.kind, URL: rawURL, Model: o.reqModel, Device: device,
 	})
 	h.GPUs = gpus
-	headless := o.headless || !interactive()
-	if !o.headless && headless {
-		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
-	}
-	o.headless = headless
-	var progress io.Writer
-	if headless {
-		progress = stderr
-	}
-	s, err := startSession(&o.liveOptions, h, clock, "attach", progress)
+	l, err := startLive(&o.liveOptions, h, "attach", stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	pr := newProber(&o.liveOptions, s.bus, clock)
+	pr := newProber(&o.liveOptions, l.Bus, clock)
 	defer pr.Close()
 	samplers := runner.NewSamplers(nil)
 	defer samplers.Close()
 	r, err := runner.New(runner.Config{
-		Sink:  s.bus,
+		Sink:  l.Bus,
 		Clock: clock,
 		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
-			return launch.Attach(ctx, spec, s.bus, clock, run)
+			return launch.Attach(ctx, spec, l.Bus, clock, run)
 		}),
 		Prober:            pr,
 		Samplers:          samplers.Build,
@@ -88,13 +80,13 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 		Repeat:            o.repeat,
 		HealthTimeout:     o.timeout,
 		Grace:             o.grace,
-		ExitAfterSequence: headless && !o.keepRunning,
-		Save:              s.save,
+		ExitAfterSequence: o.headless && !o.keepRunning,
+		Save:              l.Save,
 	})
 	if err != nil {
-		s.finish()
+		_, _ = l.Finish()
 		return withExit(2, err)
 	}
-	samplers.Emit(s.bus, clock)
-	return drive(ctx, &o.liveOptions, r, s, stdout, stderr)
+	samplers.Emit(l.Bus, clock)
+	return drive(ctx, &o.liveOptions, r, l, clock, stdout, stderr)
 }

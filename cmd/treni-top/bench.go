@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -157,81 +156,26 @@ func (o *benchOptions) plan(workloadSet bool) (load.Plan, error) {
 func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if o.url == "" {
-		return withExit(2, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000"))
-	}
-	if u, err := url.Parse(o.url); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return withExit(2, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url))
-	}
-	if o.record != "" && o.noRecord {
-		return withExit(2, errors.New("--record and --no-record contradict each other; pick one"))
-	}
-	ep := prober.Endpoint(o.endpoint)
-	if ep != prober.Chat && ep != prober.Completions {
-		return withExit(2, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint))
-	}
-	plan, err := o.plan(workloadSet)
+	plan, ep, err := o.check(workloadSet)
 	if err != nil {
 		return withExit(2, err)
 	}
-	header := http.Header{}
-	if o.apiKey != "" {
-		header.Set("Authorization", "Bearer "+o.apiKey)
-	}
-	if o.model == "" {
-		m, err := load.DetectModel(ctx, o.url, header)
-		if err != nil {
-			return withExit(2, err)
-		}
-		o.model = m
-	}
-	var extra map[string]any
-	if o.ignoreEOS {
-		extra = map[string]any{"ignore_eos": true}
-	}
-	maxConns := 1024
-	for _, s := range plan.Workloads {
-		maxConns = max(maxConns, s.Requests)
-	}
-	if plan.Concurrency > 0 {
-		maxConns = plan.Concurrency
-	}
 	clock := trace.NewClock()
-	client, err := load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
-		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
+	client, err := o.newClient(ctx, plan, ep, clock)
 	if err != nil {
 		return withExit(2, err)
 	}
 	defer client.Close()
 
-	// Recording: a bus decouples the request goroutines from the disk; the
-	// recorder goroutine is owned here and awaited before the file closes.
-	bus := trace.NewBus()
-	var rec *sessions.Recorder
-	var recDone sync.WaitGroup
-	var h sessions.Header // the session's header, for the file and the TUI
-	if !o.noRecord || o.tui {
-		_, device := gpuHeader()
-		h = sessions.NewHeader(version, clock.Start(), sessions.Target{
-			Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
-		})
-	}
-	if !o.noRecord {
-		path := o.record
-		if path == "" {
-			if path, err = sessions.DefaultPath(time.Now(), "bench"); err != nil {
-				return withExit(2, fmt.Errorf("%w (or pass --no-record)", err))
-			}
-		}
-		if rec, err = sessions.Create(path, h); err != nil {
-			return withExit(2, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err))
-		}
-		sub := bus.Subscribe()
-		recDone.Add(1)
-		go func() {
-			defer recDone.Done()
-			rec.Record(sub)
-		}()
+	// The live session: a bus decouples the request goroutines from the
+	// disk; Finish waits for the recorder before the file closes.
+	_, device := gpuHeader()
+	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
+		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
+	})
+	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui})
+	if err != nil {
+		return withExit(2, err)
 	}
 
 	progress := &load.Progress{}
@@ -243,7 +187,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	defer cancelBench()
 	var uiDone chan error
 	if o.tui {
-		uiSub := bus.Subscribe()
+		uiSub := l.UISub()
 		uiDone = make(chan error, 1)
 		go func() {
 			opts := tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now}
@@ -260,23 +204,20 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else if !o.quiet {
 		stopProgress = printBenchProgress(ctx, progress, stderr)
 	}
-	b := &load.Bench{Client: client, Clock: clock, Sink: bus, Progress: progress}
+	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress}
 	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
-	bus.Close()
-	recDone.Wait()
+	_, fileErr := l.Finish()
 	if uiDone != nil {
 		if err := <-uiDone; err != nil {
 			fmt.Fprintf(stderr, "treni-top: the TUI failed: %v\n", err)
 		}
 	}
 	rep.Tool = "treni-top " + version
-	if rec != nil {
-		if err := rec.Close(); err != nil {
-			fmt.Fprintf(stderr, "treni-top: the session file is incomplete: %v\n", err)
-		}
-		rep.Session = rec.Path()
+	if fileErr != nil {
+		fmt.Fprintf(stderr, "treni-top: %v\n", fileErr)
 	}
+	rep.Session = l.Path()
 	if runErr != nil && benchCtx.Err() != nil {
 		rep.Interrupted = true
 	} else if runErr != nil {
@@ -293,13 +234,59 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else {
 		fmt.Fprint(stdout, rep.Markdown())
 	}
-	if rec != nil {
-		fmt.Fprintf(stderr, "session recorded: %s\n", rec.Path())
+	if p := l.Path(); p != "" {
+		fmt.Fprintf(stderr, "session recorded: %s\n", p)
 	}
 	if rep.Interrupted {
 		return withExit(2, fmt.Errorf("bench interrupted: %w", runErr))
 	}
 	return nil
+}
+
+// check validates the flags and turns them into the plan and the API.
+func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, error) {
+	ep := prober.Endpoint(o.endpoint)
+	switch u, err := url.Parse(o.url); {
+	case o.url == "":
+		return load.Plan{}, ep, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000")
+	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return load.Plan{}, ep, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url)
+	case o.record != "" && o.noRecord:
+		return load.Plan{}, ep, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord}.Check()
+	case ep != prober.Chat && ep != prober.Completions:
+		return load.Plan{}, ep, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint)
+	}
+	plan, err := o.plan(workloadSet)
+	return plan, ep, err
+}
+
+// newClient builds the load client from the flags, asking the server for
+// its model when --model is not given.
+func (o *benchOptions) newClient(ctx context.Context, plan load.Plan, ep prober.Endpoint, clock trace.Clock) (*load.Client, error) {
+	header := http.Header{}
+	if o.apiKey != "" {
+		header.Set("Authorization", "Bearer "+o.apiKey)
+	}
+	if o.model == "" {
+		m, err := load.DetectModel(ctx, o.url, header)
+		if err != nil {
+			return nil, err
+		}
+		o.model = m
+	}
+	var extra map[string]any
+	if o.ignoreEOS {
+		extra = map[string]any{"ignore_eos": true}
+	}
+	maxConns := 1024
+	for _, s := range plan.Workloads {
+		maxConns = max(maxConns, s.Requests)
+	}
+	if plan.Concurrency > 0 {
+		maxConns = plan.Concurrency
+	}
+	return load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
+		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
 }
 
 // printBenchProgress writes a progress line to w every second until the

@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +37,7 @@ import (
 	"github.com/treni-top/treni-top/engine/launch"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // e2e is the state TestMain prepares for every end-to-end test.
@@ -78,7 +78,9 @@ func TestMain(m *testing.M) {
 	start := time.Now()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		// Not on PATH: the go command that runs the tests sets GOROOT in
+		// their environment.
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	// The package directory is the test's working directory.
 	build := exec.Command(goTool, "build", "-o", e2e.bin, ".")
@@ -223,10 +225,10 @@ func describeScenario(sc scenario) string {
 	run, d := sc.run, sc.diag
 	a := run.Attribution
 	fmt.Fprintf(&b, "cold window %s (ends at %s), unattributed %s (%.0f%%)\n",
-		sessions.FormatDuration(run.ColdTotal()), run.ColdEndKind, sessions.FormatDuration(a.Unattributed), 100*a.UnattributedShare())
+		stat.FormatDuration(run.ColdTotal()), run.ColdEndKind, stat.FormatDuration(a.Unattributed), 100*a.UnattributedShare())
 	fmt.Fprintf(&b, "  %-22s %10s %10s %6s\n", "stage", "start", "duration", "share")
 	for _, st := range a.Stages {
-		fmt.Fprintf(&b, "  %-22s %10s %10s %5.1f%%\n", st.Name, sessions.FormatDuration(st.Start-run.Start), sessions.FormatDuration(st.Duration), 100*st.Share)
+		fmt.Fprintf(&b, "  %-22s %10s %10s %5.1f%%\n", st.Name, stat.FormatDuration(st.Start-run.Start), stat.FormatDuration(st.Duration), 100*st.Share)
 	}
 	for _, e := range sc.sess.Events {
 		if e.Kind != trace.KindMarker || (e.Marker.Name != trace.MarkerResidency && e.Marker.Name != trace.MarkerEvicted) {
@@ -241,7 +243,7 @@ func describeScenario(sc scenario) string {
 			frac = res / tot
 		}
 		fmt.Fprintf(&b, "  marker %-18s at %-9s when=%-13s resident %5.1f%% of %.1f MiB %s\n",
-			e.Marker.Name, sessions.FormatDuration(e.At-run.Start), when, 100*frac, tot/(1<<20), msg)
+			e.Marker.Name, stat.FormatDuration(e.At-run.Start), when, 100*frac, tot/(1<<20), msg)
 	}
 	f := d.Facts
 	fmt.Fprintf(&b, "facts: weights %.1f MiB, resident before %.3f, after %.3f, evicted %v, IO read %.1f MiB, RSS jump on cold request %.1f MiB\n",
@@ -623,7 +625,7 @@ func TestE2EScenarioE(t *testing.T) {
 		t.Fatalf("no process_start stage\n%s", describeScenario(sc))
 	}
 	if st.Duration < wrapperSleep {
-		t.Errorf("process_start = %s, want at least the wrapper's %s sleep", sessions.FormatDuration(st.Duration), wrapperSleep)
+		t.Errorf("process_start = %s, want at least the wrapper's %s sleep", stat.FormatDuration(st.Duration), wrapperSleep)
 	}
 }
 

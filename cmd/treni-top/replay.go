@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/treni-top/treni-top/sessions"
-	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/tui"
 )
 
@@ -38,21 +35,9 @@ Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
 				fast = true // CI wants the report, not the original pace
 			}
 			rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Speed: speed, Fast: fast})
-			bus := trace.NewBus()
-			sub := bus.Subscribe()
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			// The replayer goroutine is owned here: cancel stops it, Wait
-			// joins it, and it closes the bus so the consumer sees the end.
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer bus.Close()
-				_ = rp.Run(ctx, bus)
-			}()
-			defer wg.Wait()
-			defer cancel()
+			ctx := cmd.Context()
+			sub, stop := rp.Play(ctx)
+			defer stop()
 			if !headless && !asJSON {
 				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, NoColor: noColor, Light: light, Mouse: mouse})
 			}
@@ -61,12 +46,9 @@ Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
 				progress = cmd.ErrOrStderr() // stdout carries only the JSON
 			}
 			if headless {
-				if err := tui.Headless(ctx, progress, sub); err != nil {
-					sub.Cancel()
+				if err := sessions.PrintProgress(ctx, progress, sub); err != nil {
 					return withExit(2, err)
 				}
-			} else {
-				sub.Cancel()
 			}
 			rep := sessions.BuildReport(s)
 			if asJSON {

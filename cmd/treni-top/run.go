@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -17,10 +16,10 @@ import (
 	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/launch"
 	"github.com/treni-top/treni-top/probe/gpu"
-	"github.com/treni-top/treni-top/probe/pagecache"
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 	"github.com/treni-top/treni-top/tui"
 )
 
@@ -128,7 +127,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 			return withExit(2, err)
 		}
 		spec = s
-		target = sessions.Target{Kind: sessions.TargetBuiltin, ServerKind: launch.KindTreni, Command: s.Command, URL: s.URL, Model: model, Device: o.device}
+		target = sessions.Target{Kind: sessions.TargetBuiltin, ServerKind: string(serverlog.KindTreni), Command: s.Command, URL: s.URL, Model: model, Device: o.device}
 		weightArgs = []string{model}
 	case "external":
 		if len(args) == 0 {
@@ -145,14 +144,14 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	spec.Grace = o.grace
 	if target.ServerKind == "" {
-		target.ServerKind = launch.DefaultParsers().Detect(args, nil)
+		target.ServerKind = string(serverlog.DetectKind(args, nil))
 	}
 
 	// Weight files: for the residency evidence, eviction and the page-cache
 	// sampler. A lazy server's files (Ollama) may appear only after the
 	// first request, so they are looked up again while empty.
-	wf := &weightFiles{args: weightArgs}
-	files := wf.get()
+	wf := runner.NewWeightFiles(weightArgs)
+	files := wf.Get()
 	if o.evict && len(files) == 0 {
 		return withExit(2, fmt.Errorf("--evict-page-cache: no weight files found from %q; pass --model DIR or a model path in the command (a run cannot be labelled page-cache cold without them)", strings.Join(weightArgs, " ")))
 	}
@@ -164,53 +163,44 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	clock := trace.NewClock()
 	h := sessions.NewHeader(version, clock.Start(), target)
 	h.GPUs = gpus
-	h.ModelFiles = modelFiles(files)
+	h.ModelFiles = sessions.ModelFilesOf(files)
 
-	headless := o.headless || !interactive()
-	if !o.headless && headless {
-		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
-	}
-	o.headless = headless
-	var progress io.Writer
-	if headless {
-		progress = stderr
-	}
 	label := target.ServerKind
-	if label == "" || label == launch.KindUnknown {
+	if label == "" || label == string(serverlog.KindUnknown) {
 		label = filepath.Base(spec.Command[0])
 	}
-	s, err := startSession(&o.liveOptions, h, clock, label, progress)
+	l, err := startLive(&o.liveOptions, h, label, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	pr := newProber(&o.liveOptions, s.bus, clock)
+	pr := newProber(&o.liveOptions, l.Bus, clock)
 	defer pr.Close()
-	samplers := runner.NewSamplers(wf.get)
+	samplers := runner.NewSamplers(wf.Get)
 	defer samplers.Close()
 	r, err := runner.New(runner.Config{
-		Sink:  s.bus,
+		Sink:  l.Bus,
 		Clock: clock,
 		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
-			return launch.Start(ctx, spec, s.bus, clock, run)
+			return launch.Start(ctx, spec, l.Bus, clock, run)
 		}),
 		Prober:            pr,
 		Samplers:          samplers.Build,
-		WeightFiles:       wf.get,
+		WeightFiles:       wf.Get,
 		PageCache:         runner.PageCacheFuncs{},
 		EvictPageCache:    o.evict,
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,
 		HealthTimeout:     o.timeout,
 		Grace:             o.grace,
-		ExitAfterSequence: headless && !o.keepRunning,
-		Save:              s.save,
+		ExitAfterSequence: o.headless && !o.keepRunning,
+		Save:              l.Save,
 	})
 	if err != nil {
-		s.finish()
+		_, _ = l.Finish()
 		return withExit(2, err)
 	}
-	samplers.Emit(s.bus, clock)
-	return drive(ctx, &o.liveOptions, r, s, stdout, stderr)
+	samplers.Emit(l.Bus, clock)
+	return drive(ctx, &o.liveOptions, r, l, clock, stdout, stderr)
 }
 
 // check validates the numbers.
@@ -223,34 +213,11 @@ func (o *liveOptions) check() error {
 	case o.timeout <= 0:
 		return errors.New("--timeout must be positive, e.g. 10m")
 	case o.record != "" && o.noRecord:
-		return errors.New("--record and --no-record contradict each other; pick one")
+		return sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord}.Check()
 	case o.jsonOut && !o.headless:
 		return errors.New("--json prints the final report of a headless run; add --headless")
 	}
 	return nil
-}
-
-// weightFiles finds the target's weight files once they exist (a server
-// may download them after it starts).
-type weightFiles struct {
-	args  []string
-	mu    sync.Mutex
-	files []string
-	last  time.Time
-}
-
-// get returns the files; while none were found it looks again, at most
-// once a second (the page-cache sampler calls it at every reading).
-func (w *weightFiles) get() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.files) == 0 && len(w.args) > 0 && time.Since(w.last) >= time.Second {
-		w.last = time.Now()
-		if fs, err := pagecache.FindWeightFiles(w.args); err == nil {
-			w.files = fs
-		}
-	}
-	return w.files
 }
 
 // demoModel is the default model of plain treni-top: the built-in engine's
@@ -299,94 +266,6 @@ type liveOptions struct {
 // every run, so runs compare.
 const defaultPrompt = "Explain in one paragraph why the first request to a freshly started inference server is slower than the next ones."
 
-// liveSession is the plumbing of a live run: the bus, the recorder, an
-// in-memory copy for the final report, and the headless progress printer.
-type liveSession struct {
-	bus    *trace.Bus
-	clock  trace.Clock
-	header sessions.Header
-	rec    *sessions.Recorder
-	// uiSub is the TUI's subscription, taken before any event is emitted
-	// so the UI sees the session from its first event (nil headless).
-	uiSub *trace.Subscription
-
-	mu     sync.Mutex
-	events []trace.Event
-
-	wg sync.WaitGroup // recorder, collector and printer goroutines
-}
-
-// startSession opens the bus and the recorder and starts the consumers that
-// must see every event from the first one.
-func startSession(o *liveOptions, h sessions.Header, clock trace.Clock, label string, progress io.Writer) (*liveSession, error) {
-	s := &liveSession{bus: trace.NewBus(), clock: clock, header: h}
-	if !o.noRecord {
-		path := o.record
-		if path == "" {
-			p, err := sessions.DefaultPath(clock.Start(), label)
-			if err != nil {
-				return nil, fmt.Errorf("%w (or pass --no-record)", err)
-			}
-			path = p
-		}
-		rec, err := sessions.Create(path, h)
-		if err != nil {
-			return nil, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err)
-		}
-		s.rec = rec
-		sub := s.bus.Subscribe()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			rec.Record(sub)
-		}()
-	}
-	col := s.bus.Subscribe()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for e := range col.Events() {
-			s.mu.Lock()
-			s.events = append(s.events, e)
-			s.mu.Unlock()
-		}
-	}()
-	if !o.headless {
-		s.uiSub = s.bus.Subscribe()
-	}
-	if progress != nil {
-		sub := s.bus.Subscribe()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			printProgress(progress, sub)
-		}()
-	}
-	return s, nil
-}
-
-// save is the `s` key: the recorder's Sync.
-func (s *liveSession) save() (string, error) {
-	if s.rec == nil {
-		return "", errors.New("this session is not being recorded (--no-record)")
-	}
-	return s.rec.Path(), s.rec.Sync()
-}
-
-// finish closes the bus, waits for every consumer, closes the file and
-// returns the session as recorded in memory.
-func (s *liveSession) finish() (*sessions.Session, error) {
-	s.bus.Close()
-	s.wg.Wait()
-	var err error
-	if s.rec != nil {
-		err = s.rec.Close()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return &sessions.Session{Header: s.header, Events: s.events}, err
-}
-
 // gpuHeader lists the GPUs for the session header; none without a driver.
 func gpuHeader() ([]sessions.GPU, string) {
 	devs, err := gpu.Inventory()
@@ -404,45 +283,36 @@ func gpuHeader() ([]sessions.GPU, string) {
 	return out, name
 }
 
-// modelFiles lists weight files with sizes for the header.
-func modelFiles(files []string) []sessions.ModelFile {
-	var out []sessions.ModelFile
-	for _, f := range files {
-		if st, err := os.Stat(f); err == nil {
-			out = append(out, sessions.ModelFile{Path: f, Bytes: st.Size()})
-		}
-	}
-	return out
-}
-
 // interactive reports whether the TUI can run: a terminal on both ends.
 func interactive() bool {
 	return isatty.IsTerminal(os.Stdout.Fd()) && isatty.IsTerminal(os.Stdin.Fd())
 }
 
-// drive runs the runner under the TUI, or headless, then finishes the
-// session, prints the report (headless) and the session's path.
-func drive(ctx context.Context, o *liveOptions, r *runner.Runner, s *liveSession, stdout, stderr io.Writer) error {
-	var runErr error
+// startLive resolves headless (no terminal means headless) and starts the
+// live session: recorded unless --no-record, the headless transcript on
+// stderr, a subscription for the TUI otherwise.
+func startLive(o *liveOptions, h sessions.Header, label string, stderr io.Writer) (*sessions.Live, error) {
+	if !o.headless && !interactive() {
+		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
+		o.headless = true
+	}
+	lo := sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: label, UI: !o.headless, KeepEvents: true}
 	if o.headless {
-		runErr = r.Run(ctx)
-	} else {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		uiErr := tui.Run(ctx, tui.Options{Header: s.header, Sub: s.uiSub, Controller: r, Clock: s.clock.Now})
-		// The UI cancels its subscription when it exits; make sure, so a UI
-		// that failed to start does not leave the subscription's pump
-		// blocked.
-		s.uiSub.Cancel()
-		r.Quit()
-		runErr = <-done
-		cancel()
-		if uiErr != nil && runErr == nil {
-			runErr = fmt.Errorf("terminal UI: %w", uiErr)
+		lo.Progress = stderr
+	}
+	return sessions.StartLive(h, lo)
+}
+
+// drive runs the runner under the TUI, or headless, then prints the report
+// (headless) and the session's path.
+func drive(ctx context.Context, o *liveOptions, r *runner.Runner, l *sessions.Live, clock trace.Clock, stdout, stderr io.Writer) error {
+	var ui sessions.UI
+	if !o.headless {
+		ui = func(ctx context.Context, sub *trace.Subscription) error {
+			return tui.Run(ctx, tui.Options{Header: l.Header(), Sub: sub, Controller: r, Clock: clock.Now})
 		}
 	}
-	sess, recErr := s.finish()
+	sess, runErr, fileErr := l.Drive(ctx, r, ui)
 	if o.headless {
 		rep := sessions.BuildReport(sess)
 		if o.jsonOut {
@@ -455,105 +325,14 @@ func drive(ctx context.Context, o *liveOptions, r *runner.Runner, s *liveSession
 			fmt.Fprintln(stdout, rep.Markdown())
 		}
 	}
-	if s.rec != nil {
-		fmt.Fprintf(stderr, "session recorded: %s\n", s.rec.Path())
+	if p := l.Path(); p != "" {
+		fmt.Fprintf(stderr, "session recorded: %s\n", p)
 	}
-	if recErr != nil {
-		return fmt.Errorf("the session file is incomplete: %w", recErr)
+	if fileErr != nil {
+		return fileErr
 	}
 	if runErr != nil && ctx.Err() == nil {
 		return runErr
 	}
 	return nil
-}
-
-// printProgress is the headless view: one plain line per thing that
-// happened (no log lines except a crash's tail).
-func printProgress(w io.Writer, sub *trace.Subscription) {
-	line := func(at time.Duration, run int, format string, args ...any) {
-		prefix := fmt.Sprintf("[%8.3fs]", at.Seconds())
-		if run > 0 {
-			prefix += fmt.Sprintf(" run %d:", run)
-		}
-		fmt.Fprintf(w, prefix+" "+format+"\n", args...)
-	}
-	for e := range sub.Events() {
-		switch e.Kind {
-		case trace.KindProcess:
-			p := e.Process
-			if p.Action == trace.ProcessStart {
-				line(e.At, e.Run, "started pid %d (%s): %s", p.PID, p.ServerKind, strings.Join(p.Command, " "))
-			} else {
-				how := fmt.Sprintf("exit status %d", p.ExitCode)
-				if p.Signal != "" {
-					how = p.Signal
-				}
-				if p.Expected {
-					line(e.At, e.Run, "stopped pid %d (%s)", p.PID, how)
-				} else {
-					line(e.At, e.Run, "TARGET EXITED on its own: pid %d, %s", p.PID, how)
-				}
-			}
-		case trace.KindStage:
-			if sp := e.Stage; !sp.Open {
-				line(e.At, e.Run, "stage %-22s %10s  (%s)", sp.Name, sessions.FormatDuration(sp.Duration()), sp.Source)
-			}
-		case trace.KindRequest:
-			q := e.Request
-			if !q.Done {
-				continue
-			}
-			if q.Error != "" {
-				line(e.At, e.Run, "request %-10s FAILED: %s", q.Label, q.Error)
-				continue
-			}
-			line(e.At, e.Run, "request %-10s TTFT %s  E2E %s  %d tokens", q.Label,
-				sessions.FormatDuration(q.TTFT()), sessions.FormatDuration(q.E2E()), q.OutputTokens())
-		case trace.KindMarker:
-			m := e.Marker
-			switch m.Name {
-			case trace.MarkerHealthy:
-				u, _ := m.Attrs.String("url")
-				p, _ := m.Attrs.String("path")
-				line(e.At, e.Run, "healthy: %s%s", u, p)
-			case trace.MarkerResidency:
-				res, _ := m.Attrs.Float("resident_bytes")
-				tot, _ := m.Attrs.Float("total_bytes")
-				when, _ := m.Attrs.String("when")
-				if msg, ok := m.Attrs.String("error"); ok {
-					line(e.At, e.Run, "weights residency (%s): %s", when, msg)
-				} else if tot > 0 {
-					line(e.At, e.Run, "weights residency (%s): %.1f%% of %.1f MiB in page cache", when, 100*res/tot, tot/(1<<20))
-				}
-			case trace.MarkerEvicted:
-				if msg, ok := m.Attrs.String("error"); ok {
-					line(e.At, e.Run, "page-cache eviction FAILED: %s", msg)
-				} else {
-					line(e.At, e.Run, "page-cache eviction verified: %v", m.Attrs["ok"])
-				}
-			case trace.MarkerTargetCrashed:
-				tail, _ := m.Attrs.String("log_tail")
-				line(e.At, e.Run, "target crashed; last lines of its output:")
-				for _, l := range strings.Split(tail, "\n") {
-					fmt.Fprintf(w, "    | %s\n", l)
-				}
-			case runner.MarkerRunFailed, runner.MarkerActionRefused:
-				msg, _ := m.Attrs.String("error")
-				if msg == "" {
-					msg, _ = m.Attrs.String("reason")
-				}
-				line(e.At, e.Run, "%s: %s", m.Name, msg)
-			case runner.MarkerGPUStatus:
-				st, _ := m.Attrs.String("status")
-				line(e.At, e.Run, "gpu: %s", st)
-			case launch.MarkerKindDetected:
-				k, _ := m.Attrs.String("server_kind")
-				line(e.At, e.Run, "server kind detected from its output: %s", k)
-			case trace.MarkerRunStart:
-				line(e.At, e.Run, "cold run %d: launching", e.Run)
-			case runner.MarkerAttached:
-				line(e.At, e.Run, "attached (no cold start: the server was already running)")
-			}
-		}
-	}
 }

@@ -16,6 +16,11 @@
 // pool and lazily captured decode graphs per batch-size bucket.
 package cuda
 
+// shim_calls.h holds a static inline caller per entry of shim.h's function
+// table (cgo cannot call C function pointers); regenerate it after editing
+// the table.
+//go:generate python3 gen_calls.py
+
 /*
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>

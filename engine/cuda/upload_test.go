@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -18,7 +17,6 @@ import (
 // before waiting for its fence therefore uploads the refill's bytes, and
 // the comparison with the file fails.
 type lazyDMA struct {
-	mu      sync.Mutex
 	dev     []byte
 	queued  map[int][]func() // slot → copies fenced on it
 	pending []func()         // copies not yet fenced

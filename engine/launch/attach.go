@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // AttachSpec names a server that is already running.
@@ -17,7 +18,7 @@ type AttachSpec struct {
 	PID int
 	// Kind forces the server kind ("" probes as a generic OpenAI server;
 	// ollama switches the health path).
-	Kind string
+	Kind serverlog.Kind
 }
 
 // Attach wraps a running server. It polls health in the background (the
@@ -41,13 +42,12 @@ func Attach(ctx context.Context, spec AttachSpec, sink trace.Sink, clock trace.C
 	p.pid = spec.PID
 	p.kind = spec.Kind
 	if p.kind == "" {
-		p.kind = KindUnknown
+		p.kind = serverlog.KindUnknown
 		if u.Port() == "11434" {
-			p.kind = KindOllama
+			p.kind = serverlog.KindOllama
 		}
 	}
-	p.parsers = DefaultParsers()
-	p.parser = p.parsers.New(p.kind, clock)
+	p.parser = serverlog.NewParser(p.kind, clock)
 	p.url, p.urlFixed = strings.TrimRight(spec.URL, "/"), true
 	bgCtx, cancel := context.WithCancel(ctx)
 	p.cancelBG = cancel

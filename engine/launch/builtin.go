@@ -5,13 +5,15 @@ import (
 	"net"
 	"os"
 	"strconv"
+
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // BuiltinSpec builds the Spec that runs the built-in engine as a child of
 // this very binary: `treni-top serve --model DIR --addr 127.0.0.1:PORT
 // [--device DEV]`, on a free port picked now so health polling can start at
 // once. A child, not a goroutine, so its cold start, RSS and GPU memory are
-// its own (DESIGN.md §2).
+// its own (docs/ARCHITECTURE.md, "Packages").
 func BuiltinSpec(modelDir, device string, extra ...string) (Spec, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -27,7 +29,7 @@ func BuiltinSpec(modelDir, device string, extra ...string) (Spec, error) {
 		cmd = append(cmd, "--device", device)
 	}
 	cmd = append(cmd, extra...)
-	return Spec{Command: cmd, URL: "http://" + addr, Kind: KindTreni}, nil
+	return Spec{Command: cmd, URL: "http://" + addr, Kind: serverlog.KindTreni}, nil
 }
 
 // FreePort asks the kernel for a free TCP port on 127.0.0.1. Another

@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // healthPaths are tried in order; a 404 or 405 moves on to the next one,
 // so the first path the server knows is the one that is polled. Ollama has
 // no /health: its /api/version answers as soon as it listens.
-func healthPaths(kind string) []string {
+func healthPaths(kind serverlog.Kind) []string {
 	switch kind {
-	case KindOllama:
+	case serverlog.KindOllama:
 		return []string{"/api/version", "/"}
-	case KindUnknown, "":
+	case serverlog.KindUnknown, "":
 		// A server we do not know: any of the usual endpoints, and as a
 		// last resort its root page.
 		return []string{"/health", "/v1/models", "/api/version", "/"}
@@ -89,7 +90,7 @@ func (p *Process) pollHealth(ctx context.Context) {
 	for {
 		base := p.BaseURL()
 		if base != "" {
-			paths := healthPaths(p.Kind())
+			paths := healthPaths(serverlog.Kind(p.Kind()))
 			for tries := 0; tries < len(paths); tries++ {
 				path := paths[idx%len(paths)]
 				res, status := poll(ctx, c, base+path)
@@ -128,7 +129,7 @@ func (p *Process) reportHealthy(now, acceptedAt time.Duration, base, path string
 	// The built-in engine reports http_ready in its own stage lines (which
 	// may arrive just after the first OK poll); another server's log may
 	// have too. One span per stage and run.
-	own := p.logHTTPReady || p.kind == KindTreni
+	own := p.logHTTPReady || p.kind == serverlog.KindTreni
 	p.mu.Unlock()
 	if start == 0 || start > now {
 		start, from = acceptedAt, "first_accepted_connection"

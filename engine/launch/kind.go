@@ -8,63 +8,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
-
-// Server kinds, as trace.Process.ServerKind and the session header spell them.
-const (
-	KindTreni    = "treni"
-	KindVLLM     = "vllm"
-	KindSGLang   = "sglang"
-	KindTGI      = "tgi"
-	KindLlamaCpp = "llama.cpp"
-	KindOllama   = "ollama"
-	KindUnknown  = "unknown"
-)
-
-// LineParser turns one server's log lines into stage spans. It is the
-// launcher's view of trace/serverlog's parser, so that the launcher works
-// (with the built-in engine's stage lines only) before and without it.
-type LineParser interface {
-	// Feed parses one line seen at offset at. It returns the spans the line
-	// opened, closed or completed, and the stage the line belongs to ("" for
-	// plain lines) so the log event can be marked.
-	Feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
-	// Flush closes whatever is still open when the output ends.
-	Flush(at time.Duration) []trace.Span
-}
-
-// Parsers detects a server's kind and builds its log parser. The zero value
-// means DefaultParsers.
-type Parsers struct {
-	// Detect names the server kind from its command line and first output
-	// lines; KindUnknown when it cannot tell yet.
-	Detect func(command, firstLines []string) string
-	// New builds the parser for a kind; it must accept KindUnknown.
-	New func(kind string, clock trace.Clock) LineParser
-}
-
-func (ps Parsers) orDefault() Parsers {
-	d := DefaultParsers()
-	if ps.Detect == nil {
-		ps.Detect = d.Detect
-	}
-	if ps.New == nil {
-		ps.New = d.New
-	}
-	return ps
-}
 
 // Default ports of the servers whose kind is known, when the command does
 // not name one.
-var defaultPorts = map[string]int{
-	KindVLLM:     8000,
-	KindSGLang:   30000,
-	KindLlamaCpp: 8080,
-	KindTGI:      3000,
-	KindOllama:   11434,
+var defaultPorts = map[serverlog.Kind]int{
+	serverlog.KindVLLM:     8000,
+	serverlog.KindSGLang:   30000,
+	serverlog.KindLlamaCpp: 8080,
+	serverlog.KindTGI:      3000,
+	serverlog.KindOllama:   11434,
 }
 
 // InferURL finds the base URL a server will listen on: --port/--host (and
@@ -72,7 +27,7 @@ var defaultPorts = map[string]int{
 // holds the overrides given to the child, then the inherited environment),
 // else the kind's default port on 127.0.0.1. explicit is true when the
 // command or environment named it; false for a kind default or a guess.
-func InferURL(command []string, env []string, kind string) (u string, explicit bool) {
+func InferURL(command []string, env []string, kind serverlog.Kind) (u string, explicit bool) {
 	host, port := "", 0
 	for i := 0; i < len(command); i++ {
 		a := command[i]
@@ -94,7 +49,7 @@ func InferURL(command []string, env []string, kind string) (u string, explicit b
 			}
 		}
 	}
-	if kind == KindOllama && port == 0 {
+	if kind == serverlog.KindOllama && port == 0 {
 		if v, ok := lookupEnv(env, "OLLAMA_HOST"); ok && v != "" {
 			if h, p := parseHostPort(v, 11434); p > 0 {
 				host, port = h, p

@@ -7,20 +7,18 @@
 package launch
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // Defaults.
@@ -43,11 +41,6 @@ const (
 	drainAfterExit = 500 * time.Millisecond
 )
 
-// MarkerKindDetected is emitted when the server kind is recognised from its
-// output after the process start event went out as unknown (attrs:
-// server_kind).
-const MarkerKindDetected = "server_kind_detected"
-
 // Spec says what to launch.
 type Spec struct {
 	// Command is the program and its arguments.
@@ -61,15 +54,12 @@ type Spec struct {
 	// listener-up log line.
 	URL string
 	// Kind forces the server kind; empty means detect.
-	Kind string
+	Kind serverlog.Kind
 	// Grace is the SIGINT→SIGKILL delay used when ctx ends; 0 means
 	// DefaultGrace.
 	Grace time.Duration
 	// HealthInterval overrides HealthInterval (tests).
 	HealthInterval time.Duration
-	// Parsers detects the kind and parses the log; zero means
-	// DefaultParsers.
-	Parsers Parsers
 }
 
 // Exit is how the target ended.
@@ -93,11 +83,9 @@ type Process struct {
 	spawnAt  time.Duration
 	attached bool
 
-	parsers Parsers
-
 	mu         sync.Mutex
-	kind       string
-	parser     LineParser
+	kind       serverlog.Kind
+	parser     *serverlog.Parser
 	firstLines []string // buffered while the kind is unknown
 	firstAts   []time.Duration
 	sawLine    bool
@@ -135,12 +123,11 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 		return nil, errors.New("launch: no command given; pass the server command after --, e.g. treni-top run -- vllm serve MODEL")
 	}
 	p := newProcess(spec, sink, clock, run)
-	p.parsers = spec.Parsers.orDefault()
 	p.kind = spec.Kind
 	if p.kind == "" {
-		p.kind = p.parsers.Detect(spec.Command, nil)
+		p.kind = serverlog.DetectKind(spec.Command, nil)
 	}
-	p.parser = p.parsers.New(p.kind, clock)
+	p.parser = serverlog.NewParser(p.kind, clock)
 	p.setURL(spec)
 
 	outR, outW, err := os.Pipe()
@@ -179,7 +166,7 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 		p.known[p.pid] = info.start
 	}
 	p.emit(trace.Event{At: p.spawnAt, Kind: trace.KindProcess, Process: &trace.Process{
-		Action: trace.ProcessStart, PID: p.pid, Command: append([]string(nil), spec.Command...), ServerKind: p.kind,
+		Action: trace.ProcessStart, PID: p.pid, Command: append([]string(nil), spec.Command...), ServerKind: string(p.kind),
 	}})
 
 	bgCtx, cancel := context.WithCancel(context.Background())
@@ -246,7 +233,7 @@ func (p *Process) PID() int { return p.pid }
 func (p *Process) Kind() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.kind
+	return string(p.kind)
 }
 
 // BaseURL is the server's base URL as currently known ("" until a
@@ -346,296 +333,5 @@ func (e Exit) String() string {
 		return "killed by " + e.Signal
 	default:
 		return fmt.Sprintf("exit status %d", e.Code)
-	}
-}
-
-// Stop stops the whole process tree: SIGINT to the process group, then,
-// for whatever is still running after grace, SIGKILL to the group and to
-// every tree member seen (also those that left the group). The exit is
-// reported with Expected=true. It waits until everything is gone and the
-// watchers have returned. Stopping an attached server only stops watching
-// it.
-func (p *Process) Stop(grace time.Duration) {
-	p.stop(grace)
-	<-p.done
-}
-
-func (p *Process) stop(grace time.Duration) {
-	p.stopOnce.Do(func() {
-		p.stopping.Store(true)
-		if p.attached {
-			p.cancelBG()
-			return
-		}
-		p.PIDs() // remember the tree before its members are reparented
-		signalGroup(p.pid, syscall.SIGINT)
-		p.reap(grace)
-		p.markReaped()
-	})
-}
-
-// markReaped records that the tree is gone (or was killed).
-func (p *Process) markReaped() { p.reapedOnce.Do(func() { close(p.reaped) }) }
-
-// reap waits up to grace for the group and every remembered member to
-// exit, then kills what is left.
-func (p *Process) reap(grace time.Duration) {
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if len(p.PIDs()) == 0 && !p.anyKnownAlive() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.killAll()
-	// SIGKILL is delivered asynchronously: wait until the kernel has torn
-	// the processes down, so that "stopped" means gone.
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && p.anyKnownAlive(); {
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func (p *Process) anyKnownAlive() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pid, start := range p.known {
-		if alive(pid, start) {
-			return true
-		}
-	}
-	return false
-}
-
-// killAll SIGKILLs the group and every remembered tree member.
-func (p *Process) killAll() {
-	p.PIDs()
-	signalGroup(p.pid, syscall.SIGKILL)
-	p.mu.Lock()
-	known := make(map[int]uint64, len(p.known))
-	for k, v := range p.known {
-		known[k] = v
-	}
-	p.mu.Unlock()
-	killKnown(known, syscall.SIGKILL)
-}
-
-// waitExit is the goroutine that reaps the main process and reports its
-// exit.
-func (p *Process) waitExit(outR, errR *os.File) {
-	defer p.bg.Done()
-	err := p.cmd.Wait()
-	at := p.clock.Now()
-	expected := p.stopping.Load()
-	if !expected {
-		// A crash or a voluntary exit: children it left behind are
-		// orphans of nobody's; stop them (they still get a grace period
-		// to flush their own output).
-		p.PIDs()
-		signalGroup(p.pid, syscall.SIGINT)
-		p.bg.Add(1)
-		go func() {
-			defer p.bg.Done()
-			p.reap(p.grace())
-			p.markReaped()
-		}()
-	}
-	// Let the readers take what the target wrote before it died, so the
-	// crash report's tail is complete.
-	drained := make(chan struct{})
-	go func() {
-		p.readers.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(drainAfterExit):
-	}
-	ex := Exit{At: at, Expected: expected}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			ex.Code, ex.Signal = -1, ws.Signal().String()
-			if s := unix2name(ws.Signal()); s != "" {
-				ex.Signal = s
-			}
-		} else {
-			ex.Code = ee.ExitCode()
-		}
-	default:
-		ex.Code = -1
-		ex.Signal = err.Error()
-	}
-	p.mu.Lock()
-	spans := p.parser.Flush(at)
-	tail := append([]string(nil), p.tail...)
-	p.exit = &ex
-	p.mu.Unlock()
-	for i := range spans {
-		sp := spans[i]
-		p.emit(trace.Event{At: at, Kind: trace.KindStage, Stage: &sp})
-	}
-	p.emit(trace.Event{At: at, Kind: trace.KindProcess, Process: &trace.Process{
-		Action: trace.ProcessExit, PID: p.pid, ServerKind: p.Kind(),
-		ExitCode: ex.Code, Signal: ex.Signal, Expected: expected,
-	}})
-	if !expected {
-		p.emit(trace.Event{At: at, Kind: trace.KindMarker, Marker: &trace.Marker{
-			Name: trace.MarkerTargetCrashed,
-			Attrs: trace.Attrs{
-				"exit_code": ex.Code, "signal": ex.Signal, "pid": p.pid,
-				"log_tail": strings.Join(tail, "\n"),
-			},
-		}})
-	}
-	close(p.exited)
-	p.cancelBG()
-	// The readers end when every writer is gone. A process that escaped
-	// the tree may hold the pipes open forever: once the tree has been
-	// reaped (by Stop, or after this unexpected exit), the pipes get a last
-	// moment to drain and are then closed, which ends the readers.
-	go func() {
-		select {
-		case <-drained:
-			return
-		case <-p.reaped:
-		}
-		select {
-		case <-drained:
-		case <-time.After(drainAfterExit):
-			outR.Close()
-			errR.Close()
-		}
-	}()
-	<-drained
-	outR.Close()
-	errR.Close()
-}
-
-// unix2name spells common signals the way people write them.
-func unix2name(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGKILL:
-		return "SIGKILL"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGSEGV:
-		return "SIGSEGV"
-	case syscall.SIGABRT:
-		return "SIGABRT"
-	case syscall.SIGBUS:
-		return "SIGBUS"
-	}
-	return ""
-}
-
-// read is one output stream's goroutine: every line becomes a log event and
-// goes through the parser.
-func (p *Process) read(f *os.File, stream string) {
-	defer p.readers.Done()
-	br := bufio.NewReaderSize(f, 64<<10)
-	var buf []byte
-	for {
-		chunk, isPrefix, err := br.ReadLine()
-		if len(chunk) > 0 && len(buf) < maxLineBytes {
-			n := min(len(chunk), maxLineBytes-len(buf))
-			buf = append(buf, chunk[:n]...)
-		}
-		if err != nil {
-			if len(buf) > 0 {
-				p.line(stream, string(buf))
-			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
-				p.line(stream, fmt.Sprintf("[treni-top: reading the target's %s failed: %v]", stream, err))
-			}
-			return
-		}
-		if isPrefix {
-			continue
-		}
-		p.line(stream, string(buf))
-		buf = buf[:0]
-	}
-}
-
-// line handles one output line: kind detection while unknown, the parser,
-// the listener-up line, the log event and the spans.
-func (p *Process) line(stream, text string) {
-	// Progress bars redraw with \r; keep what a terminal would show.
-	if i := strings.LastIndexByte(strings.TrimRight(text, "\r"), '\r'); i >= 0 {
-		text = text[i+1:]
-	}
-	text = strings.TrimRight(text, "\r")
-	at := p.clock.Now()
-
-	var pre []trace.Event // events to emit before this line's
-	p.mu.Lock()
-	if !p.sawLine {
-		p.sawLine = true
-		if p.kind != KindTreni && !p.attached {
-			// process_start for an external server: spawn → first output
-			// (the built-in engine reports its own, from /proc starttime).
-			pre = append(pre, trace.Event{At: at, Kind: trace.KindStage, Stage: &trace.Span{
-				Name: trace.StageProcessStart, Start: p.spawnAt, End: at, Source: "launcher",
-			}})
-		}
-	}
-	var spans []trace.Span
-	var stage trace.Stage
-	if p.kind == KindUnknown && p.spec.Kind == "" && len(p.firstLines) < detectLines {
-		p.firstLines = append(p.firstLines, text)
-		p.firstAts = append(p.firstAts, at)
-		if k := p.parsers.Detect(p.spec.Command, p.firstLines); k != KindUnknown {
-			p.kind = k
-			p.parser = p.parsers.New(k, p.clock)
-			pre = append(pre, trace.Event{At: at, Kind: trace.KindMarker, Marker: &trace.Marker{
-				Name: MarkerKindDetected, Attrs: trace.Attrs{"server_kind": k},
-			}})
-			// Re-read the lines seen so far with the right parser; their
-			// log events already went out unmarked.
-			for i, l := range p.firstLines[:len(p.firstLines)-1] {
-				s, _ := p.parser.Feed(p.firstAts[i], l)
-				spans = append(spans, s...)
-			}
-			if !p.urlFixed {
-				if u, _ := InferURL(p.spec.Command, p.spec.Env, k); u != "" {
-					p.url = u
-				}
-			}
-		}
-	}
-	s, st := p.parser.Feed(at, text)
-	spans = append(spans, s...)
-	for _, sp := range spans {
-		if sp.Name == trace.StageHTTPReady {
-			p.logHTTPReady = true
-		}
-	}
-	stage = st
-	if p.listenAt == 0 {
-		if u, ok := listenURL(text); ok {
-			p.listenAt = at
-			if !p.urlFixed && (p.url == "" || p.kind == KindUnknown || p.kind == KindTreni) {
-				p.url = u
-			}
-		}
-	}
-	p.tail = append(p.tail, text)
-	if len(p.tail) > TailLines {
-		p.tail = p.tail[len(p.tail)-TailLines:]
-	}
-	pid := p.pid
-	p.mu.Unlock()
-
-	for _, e := range pre {
-		p.emit(e)
-	}
-	p.emit(trace.Event{At: at, Kind: trace.KindLog, Log: &trace.Log{Stream: stream, PID: pid, Text: text, Stage: stage}})
-	for i := range spans {
-		sp := spans[i]
-		p.emit(trace.Event{At: at, Kind: trace.KindStage, Stage: &sp})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
 // collector is a test sink.
@@ -314,7 +315,7 @@ func TestStageLinesBecomeSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Wait()
-	if p.Kind() != KindTreni {
+	if p.Kind() != string(serverlog.KindTreni) {
 		t.Errorf("kind = %q, want treni (detected from the stage line)", p.Kind())
 	}
 	var span, marked bool
@@ -332,7 +333,7 @@ func TestStageLinesBecomeSpans(t *testing.T) {
 	if !span || !marked {
 		t.Errorf("stage span %v, log line marked %v", span, marked)
 	}
-	if len(c.markers(MarkerKindDetected)) != 1 {
+	if len(c.markers(trace.MarkerKindDetected)) != 1 {
 		t.Errorf("kind detection not reported")
 	}
 }
@@ -402,18 +403,18 @@ func TestInferURL(t *testing.T) {
 	cases := []struct {
 		cmd  []string
 		env  []string
-		kind string
+		kind serverlog.Kind
 		want string
 		expl bool
 	}{
-		{[]string{"vllm", "serve", "m"}, nil, KindVLLM, "http://127.0.0.1:8000", false},
-		{[]string{"vllm", "serve", "m", "--port", "9001", "--host", "0.0.0.0"}, nil, KindVLLM, "http://127.0.0.1:9001", true},
-		{[]string{"llama-server", "-m", "x.gguf", "--port=8181"}, nil, KindLlamaCpp, "http://127.0.0.1:8181", true},
-		{[]string{"ollama", "serve"}, []string{"OLLAMA_HOST=127.0.0.1:11500"}, KindOllama, "http://127.0.0.1:11500", true},
-		{[]string{"ollama", "serve"}, []string{"OLLAMA_HOST=http://0.0.0.0:11600"}, KindOllama, "http://127.0.0.1:11600", true},
-		{[]string{"text-generation-launcher", "--model-id", "m"}, nil, KindTGI, "http://127.0.0.1:3000", false},
-		{[]string{"treni-top", "serve", "--addr", "127.0.0.1:7070"}, nil, KindTreni, "http://127.0.0.1:7070", true},
-		{[]string{"./myserver"}, nil, KindUnknown, "", false},
+		{[]string{"vllm", "serve", "m"}, nil, serverlog.KindVLLM, "http://127.0.0.1:8000", false},
+		{[]string{"vllm", "serve", "m", "--port", "9001", "--host", "0.0.0.0"}, nil, serverlog.KindVLLM, "http://127.0.0.1:9001", true},
+		{[]string{"llama-server", "-m", "x.gguf", "--port=8181"}, nil, serverlog.KindLlamaCpp, "http://127.0.0.1:8181", true},
+		{[]string{"ollama", "serve"}, []string{"OLLAMA_HOST=127.0.0.1:11500"}, serverlog.KindOllama, "http://127.0.0.1:11500", true},
+		{[]string{"ollama", "serve"}, []string{"OLLAMA_HOST=http://0.0.0.0:11600"}, serverlog.KindOllama, "http://127.0.0.1:11600", true},
+		{[]string{"text-generation-launcher", "--model-id", "m"}, nil, serverlog.KindTGI, "http://127.0.0.1:3000", false},
+		{[]string{"treni-top", "serve", "--addr", "127.0.0.1:7070"}, nil, serverlog.KindTreni, "http://127.0.0.1:7070", true},
+		{[]string{"./myserver"}, nil, serverlog.KindUnknown, "", false},
 	}
 	for _, tc := range cases {
 		got, expl := InferURL(tc.cmd, tc.env, tc.kind)
@@ -424,17 +425,17 @@ func TestInferURL(t *testing.T) {
 }
 
 func TestDetectAndListenLines(t *testing.T) {
-	for cmd, want := range map[string]string{
-		"vllm serve Qwen/Qwen3-4B":                        KindVLLM,
-		"python -m vllm.entrypoints.openai.api_server":    KindVLLM,
-		"python3 -m sglang.launch_server --model-path m":  KindSGLang,
-		"text-generation-launcher --model-id m":           KindTGI,
-		"/opt/llama.cpp/build/bin/llama-server -m m.gguf": KindLlamaCpp,
-		".peers/bin/ollama serve":                         KindOllama,
-		"/usr/local/bin/treni-top serve --model d":        KindTreni,
-		"./my-server --port 1":                            KindUnknown,
+	for cmd, want := range map[string]serverlog.Kind{
+		"vllm serve Qwen/Qwen3-4B":                        serverlog.KindVLLM,
+		"python -m vllm.entrypoints.openai.api_server":    serverlog.KindVLLM,
+		"python3 -m sglang.launch_server --model-path m":  serverlog.KindSGLang,
+		"text-generation-launcher --model-id m":           serverlog.KindTGI,
+		"/opt/llama.cpp/build/bin/llama-server -m m.gguf": serverlog.KindLlamaCpp,
+		".peers/bin/ollama serve":                         serverlog.KindOllama,
+		"/usr/local/bin/treni-top serve --model d":        serverlog.KindTreni,
+		"./my-server --port 1":                            serverlog.KindUnknown,
 	} {
-		if got := DefaultParsers().Detect(strings.Fields(cmd), nil); got != want {
+		if got := serverlog.DetectKind(strings.Fields(cmd), nil); got != want {
 			t.Errorf("Detect(%q) = %q, want %q", cmd, got, want)
 		}
 	}
@@ -458,10 +459,10 @@ func TestBuiltinSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Kind != KindTreni || !strings.HasPrefix(s.URL, "http://127.0.0.1:") || s.Command[1] != "serve" {
+	if s.Kind != serverlog.KindTreni || !strings.HasPrefix(s.URL, "http://127.0.0.1:") || s.Command[1] != "serve" {
 		t.Errorf("spec = %+v", s)
 	}
-	if got, _ := InferURL(s.Command, nil, KindTreni); got != s.URL {
+	if got, _ := InferURL(s.Command, nil, serverlog.KindTreni); got != s.URL {
 		t.Errorf("the command's --addr (%q) and the URL (%q) disagree", got, s.URL)
 	}
 }

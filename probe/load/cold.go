@@ -1,6 +1,7 @@
 package load
 
 import (
+	"github.com/treni-top/treni-top/trace/stat"
 	"math"
 	"sort"
 
@@ -87,12 +88,12 @@ func ColdLeading(reqs []trace.Request) (cold []int, medianMs, thresholdMs float6
 		v[i] = x.ttft
 	}
 	sort.Float64s(v)
-	med := Percentile(v, 50)
+	med := stat.Percentile(v, 50)
 	for i := range v {
 		v[i] = math.Abs(v[i] - med)
 	}
 	sort.Float64s(v)
-	sigma := madToSigma * Percentile(v, 50)
+	sigma := madToSigma * stat.Percentile(v, 50)
 	thr := max(med+coldSigmas*sigma, coldRatio*med, med+coldFloorMs)
 	for _, x := range xs[:len(xs)/2] {
 		if x.ttft <= thr {

@@ -1,11 +1,10 @@
 package load
 
 import (
-	"math"
-	"sort"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // Dist summarises a distribution in milliseconds (or whatever unit the
@@ -21,41 +20,11 @@ type Dist struct {
 	Max  float64 `json:"max"`
 }
 
-// Percentile is the p-th percentile of sorted values by linear
-// interpolation between closest ranks (numpy's default, and what vLLM's
-// bench and sessions.Percentile use), so p50 of an even count is the mean of
-// the middle two.
-func Percentile(sorted []float64, p float64) float64 {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	if n == 1 {
-		return sorted[0]
-	}
-	pos := p / 100 * float64(n-1)
-	lo := int(math.Floor(pos))
-	if lo >= n-1 {
-		return sorted[n-1]
-	}
-	if lo < 0 {
-		return sorted[0]
-	}
-	return sorted[lo] + (pos-float64(lo))*(sorted[lo+1]-sorted[lo])
-}
-
-// Summarize computes a Dist of xs; it sorts xs in place.
+// Summarize computes a Dist of xs with trace/stat (the one home of
+// percentiles); it does not modify xs.
 func Summarize(xs []float64) Dist {
-	if len(xs) == 0 {
-		return Dist{}
-	}
-	sort.Float64s(xs)
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	return Dist{N: len(xs), Mean: sum / float64(len(xs)), Min: xs[0], Max: xs[len(xs)-1],
-		P50: Percentile(xs, 50), P90: Percentile(xs, 90), P95: Percentile(xs, 95), P99: Percentile(xs, 99)}
+	s := stat.Summarize(xs)
+	return Dist{N: s.N, Mean: s.Mean, Min: s.Min, Max: s.Max, P50: s.Median, P90: s.P90, P95: s.P95, P99: s.P99}
 }
 
 // SLO are the service-level objectives goodput is measured against; a zero
@@ -212,16 +181,8 @@ type Spread struct {
 }
 
 func spreadOf(xs []float64) Spread {
-	if len(xs) == 0 {
-		return Spread{}
-	}
-	v := append([]float64(nil), xs...)
-	sort.Float64s(v)
-	s := Spread{Min: v[0], Median: Percentile(v, 50), Max: v[len(v)-1]}
-	if s.Median != 0 {
-		s.Spread = (s.Max - s.Min) / math.Abs(s.Median)
-	}
-	return s
+	s := stat.Summarize(xs)
+	return Spread{Min: s.Min, Median: s.Median, Max: s.Max, Spread: s.Spread}
 }
 
 // Across summarises the measured repeats of a workload (warm-up runs are

@@ -37,8 +37,8 @@ func CanEvict(path string) (bool, string) {
 // needs no root. It first fdatasyncs each file: DONTNEED only drops clean
 // pages, and a checkpoint written moments ago (model synth, a download)
 // still has dirty ones. Pages mapped and locked by a running process stay;
-// verify with Residency afterwards, which is the evidence DESIGN.md §4 asks
-// for. A file on tmpfs or ramfs gives an error wrapping ErrCannotEvict.
+// verify with Residency afterwards, which is the evidence a page-cache cold
+// label needs (docs/ARCHITECTURE.md, "Measurements"). A file on tmpfs or ramfs gives an error wrapping ErrCannotEvict.
 func Evict(files []string) error {
 	var errs []error
 	for _, f := range files {

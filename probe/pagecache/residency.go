@@ -1,6 +1,6 @@
 // Package pagecache measures and controls whether model weight files are in
 // the page cache: residency by mincore (the evidence that a run is
-// page-cache cold, DESIGN.md §4), eviction by posix_fadvise(DONTNEED), the
+// page-cache cold; docs/ARCHITECTURE.md, "Measurements"), eviction by posix_fadvise(DONTNEED), the
 // system's Cached figure, and discovery of a target's weight files.
 package pagecache
 

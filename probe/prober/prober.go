@@ -1,8 +1,8 @@
 // Package prober sends probe requests to an inference server and times
-// their streamed responses exactly as DESIGN.md §4 defines: time to first
-// byte, to first event, to first token (the first chunk that carries a
-// non-empty token: content, reasoning or a tool call — a role-only chunk is
-// not one), the arrival of every token-bearing chunk (ITL), the end of the
+// their streamed responses exactly as docs/ARCHITECTURE.md ("Measurements")
+// defines: time to first byte, to first event, to first token (the first
+// chunk that carries a non-empty token: content, reasoning or a tool call —
+// a role-only chunk is not one), the arrival of every token-bearing chunk (ITL), the end of the
 // stream (E2E) and the server's token counts. It speaks the OpenAI
 // streaming API (/v1/completions, /v1/chat/completions, server-sent events)
 // and Ollama's native API (/api/generate, /api/chat, JSON lines), over
@@ -64,6 +64,11 @@ import (
 	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/trace"
 )
+
+// DefaultColdTimeout bounds a cold request when the caller sets none: a
+// lazy server loads its whole model inside it (minutes for a large model
+// from a cold disk).
+const DefaultColdTimeout = 10 * time.Minute
 
 // Endpoint selects the API a request uses.
 type Endpoint string

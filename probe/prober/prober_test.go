@@ -399,61 +399,6 @@ func TestOllamaChatThinkingAndErrors(t *testing.T) {
 	}
 }
 
-func TestColdSequence(t *testing.T) {
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
-		first := n.Add(1) == 1
-		rw.Header().Set("Content-Type", "text/event-stream")
-		rw.(http.Flusher).Flush()
-		if first {
-			time.Sleep(300 * time.Millisecond) // the lazy model load
-		}
-		io.WriteString(rw, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
-	}))
-	defer srv.Close()
-	rec := &recorder{}
-	res, err := ColdSequence(context.Background(), ColdConfig{
-		Template: Template{BaseURL: srv.URL, Endpoint: Chat, Timeout: 10 * time.Second},
-		Warmup:   2, Repeat: 3, Lazy: true, IDPrefix: "r0-", Run: 0,
-	}, rec, trace.NewClock())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Cold.Request.Label != "cold_1" || res.Cold.Request.Phase != trace.PhaseCold || res.Cold.Request.ID != "r0-cold_1" {
-		t.Fatalf("cold %+v", res.Cold.Request)
-	}
-	if len(res.Warmup) != 2 || res.Warmup[1].Request.Label != "warmup_2" || res.Warmup[0].Request.Phase != trace.PhaseWarmup {
-		t.Fatalf("warmup %+v", res.Warmup)
-	}
-	if len(res.Warm) != 3 || res.Warm[2].Request.Label != "warm_3" || res.Warm[0].Request.Phase != trace.PhaseWarm {
-		t.Fatalf("warm %+v", res.Warm)
-	}
-	if res.WarmTTFT.N != 3 || res.WarmTTFT.Min > res.WarmTTFT.Median || res.WarmTTFT.Median > res.WarmTTFT.Max {
-		t.Fatalf("summary %+v", res.WarmTTFT)
-	}
-	if res.Cold.Request.TTFT() < 300*time.Millisecond || res.ColdPenalty <= 1 {
-		t.Fatalf("cold TTFT %v penalty %.2f (warm median %v)", res.Cold.Request.TTFT(), res.ColdPenalty, res.WarmTTFT.Median)
-	}
-	if want := res.Cold.Request.TTFT().Seconds() / res.WarmTTFT.Median.Seconds(); fmt.Sprintf("%.6f", want) != fmt.Sprintf("%.6f", res.ColdPenalty) {
-		t.Fatalf("penalty %v, want %v", res.ColdPenalty, want)
-	}
-	done := 0
-	for _, r := range rec.requests() {
-		if r.Done {
-			done++
-		}
-	}
-	if done != 6 {
-		t.Fatalf("%d done events, want 6", done)
-	}
-	// A cancelled sequence stops and says so.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := ColdSequence(ctx, ColdConfig{Template: Template{BaseURL: srv.URL}, Repeat: 3}, nil, trace.NewClock()); err == nil {
-		t.Fatal("cancelled sequence returned no error")
-	}
-}
-
 // TestEventTimesInOrder: the first event is the first protocol event read,
 // whether or not it carries a token — a role-only SSE chunk, an empty
 // completions text, an Ollama line without content. Each read gets its own

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -24,15 +25,22 @@ func TestRealServer(t *testing.T) {
 		ep = Chat
 	}
 	temp := 0.0
-	res, err := ColdSequence(context.Background(), ColdConfig{
-		Template: Template{BaseURL: url, Endpoint: ep, Model: os.Getenv("TRENI_PROBE_MODEL"),
-			Prompt: "Count from one to ten.", MaxTokens: 16, Temperature: &temp, Timeout: time.Minute},
-		Warmup: 1, Repeat: 3, Lazy: true,
-	}, trace.SinkFunc(func(trace.Event) {}), trace.NewClock())
-	if err != nil {
-		t.Fatal(err)
+	tmpl := Template{BaseURL: url, Endpoint: ep, Model: os.Getenv("TRENI_PROBE_MODEL"),
+		Prompt: "Count from one to ten.", MaxTokens: 16, Temperature: &temp, Timeout: time.Minute}
+	c := New(trace.NewClock(), trace.SinkFunc(func(trace.Event) {}), 0)
+	defer c.Close()
+	// The cold sequence of probe/runner, one request at a time: the lazy
+	// server loads its model inside cold_1.
+	cold := tmpl
+	cold.Timeout = DefaultColdTimeout
+	var res []Result
+	res = append(res, c.Do(context.Background(), cold, "cold_1", "cold_1", trace.PhaseCold))
+	res = append(res, c.Do(context.Background(), tmpl, "warmup_1", "warmup_1", trace.PhaseWarmup))
+	for i := 1; i <= 3; i++ {
+		l := fmt.Sprintf("warm_%d", i)
+		res = append(res, c.Do(context.Background(), tmpl, l, l, trace.PhaseWarm))
 	}
-	for _, r := range append(append([]Result{res.Cold}, res.Warmup...), res.Warm...) {
+	for _, r := range res {
 		q := r.Request
 		t.Logf("%-9s ok=%v ttfb=%v first_event=%v ttft=%v e2e=%v chunks=%d multi=%d usage=%d/%d tpot=%v err=%q",
 			q.Label, q.OK(), q.FirstByte, q.FirstEvent, q.TTFT(), q.E2E(), len(q.Tokens), q.MultiTokenChunks,
@@ -45,5 +53,4 @@ func TestRealServer(t *testing.T) {
 			t.Errorf("%s failed: %s", q.Label, q.Error)
 		}
 	}
-	t.Logf("warm TTFT %v; cold penalty %.1f×", res.WarmTTFT, res.ColdPenalty)
 }

@@ -15,12 +15,6 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// MarkerServerTimings carries a server's own figures for a request (Ollama's
-// load_duration, prompt_eval_duration, eval_duration, in ms), so the cold
-// TTFT can be checked against them (attrs: request, label, load_ms,
-// prompt_eval_ms, eval_ms, total_ms).
-const MarkerServerTimings = "server_timings"
-
 // HTTPProber is the Prober of a live run: probe/prober's streaming client
 // with one fixed request template. The model name, when not given, is the
 // first model the server lists.
@@ -107,7 +101,7 @@ func (h *HTTPProber) Probe(ctx context.Context, t Target, p Probe) (trace.Reques
 	if st := res.Server; st != nil {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		h.Sink.Emit(trace.Event{At: h.Clock.Now(), Kind: trace.KindMarker, Run: p.Run, Marker: &trace.Marker{
-			Name: MarkerServerTimings,
+			Name: trace.MarkerServerTimings,
 			Attrs: trace.Attrs{
 				"request": id, "label": p.Label, "load_ms": ms(st.Load), "prompt_eval_ms": ms(st.PromptEval),
 				"eval_ms": ms(st.Eval), "total_ms": ms(st.Total),

@@ -84,7 +84,7 @@ func TestHTTPProberOllamaTimings(t *testing.T) {
 	if _, err := h.Probe(context.Background(), &urlTarget{url: srv.URL, kind: "ollama"}, Probe{Label: "cold_1", Phase: trace.PhaseCold}); err != nil {
 		t.Fatal(err)
 	}
-	ms := s.markers(MarkerServerTimings)
+	ms := s.markers(trace.MarkerServerTimings)
 	if len(ms) != 1 {
 		t.Fatalf("%d server timing markers", len(ms))
 	}

@@ -68,35 +68,12 @@ type Prober interface {
 	Probe(ctx context.Context, target Target, p Probe) (trace.Request, error)
 }
 
-// ProberFunc adapts a function to Prober.
-type ProberFunc func(ctx context.Context, target Target, p Probe) (trace.Request, error)
-
-// Probe calls f.
-func (f ProberFunc) Probe(ctx context.Context, target Target, p Probe) (trace.Request, error) {
-	return f(ctx, target, p)
-}
-
 // PageCache evicts weight files and measures their residency; probe/pagecache
 // provides it (see PageCacheFuncs).
 type PageCache interface {
 	Residency(files []string) (resident, total int64, err error)
 	Evict(files []string) error
 }
-
-// Marker names the runner emits besides trace's.
-const (
-	// MarkerSequenceDone: the cold sequence of a run finished (attrs: run,
-	// requests, errors).
-	MarkerSequenceDone = "sequence_done"
-	// MarkerRunFailed: a cold run could not complete (attrs: error).
-	MarkerRunFailed = "run_failed"
-	// MarkerActionRefused: a controller action could not be done (attrs:
-	// action, reason), so the UI can say why a key did nothing.
-	MarkerActionRefused = "action_refused"
-	// MarkerAttached: the runner attached to a running server (instead of
-	// run_start, since nothing was started).
-	MarkerAttached = "attached"
-)
 
 // Config is what a Runner needs. Sink, Clock and Launcher are required.
 type Config struct {
@@ -308,7 +285,7 @@ func (r *Runner) coldRun(ctx context.Context, run int, evict bool) error {
 	r.lastErr = err
 	r.mu.Unlock()
 	if err != nil && ctx.Err() == nil {
-		r.marker(run, MarkerRunFailed, trace.Attrs{"error": err.Error()})
+		r.marker(run, trace.MarkerRunFailed, trace.Attrs{"error": err.Error()})
 	}
 	r.sampler.SetInterval(probe.DefaultInterval)
 	return err
@@ -325,13 +302,13 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 			// The user asked for a page-cache-cold run; going on would
 			// label nothing wrongly (the markers say what happened), but
 			// they should know at once.
-			r.marker(run, MarkerRunFailed, trace.Attrs{"error": err.Error(), "stage": "evict"})
+			r.marker(run, trace.MarkerRunFailed, trace.Attrs{"error": err.Error(), "stage": "evict"})
 		}
 	}
 	if r.cfg.Attached {
 		// No cold start to time: a run_start marker would make the
 		// analysis read "session start → healthy" as one.
-		r.marker(run, MarkerAttached, nil)
+		r.marker(run, trace.MarkerAttached, nil)
 	} else {
 		r.marker(run, trace.MarkerRunStart, trace.Attrs{"run": run, "page_cache_evicted": evicted})
 	}
@@ -360,7 +337,7 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 
 // pageCacheEvidence records the weight files' residency before launch and,
 // when asked, evicts them and records residency again: the evidence a
-// "page-cache cold" label needs (DESIGN.md §4). It reports whether the
+// "page-cache cold" label needs (docs/ARCHITECTURE.md, "Measurements"). It reports whether the
 // eviction was done and verified to have dropped most of the bytes.
 func (r *Runner) pageCacheEvidence(run int, evict bool) (bool, error) {
 	pc := r.cfg.PageCache
@@ -449,7 +426,7 @@ func (r *Runner) sequence(ctx context.Context, t Target, run int) error {
 			r.sampler.SetInterval(probe.DefaultInterval)
 		}
 	}
-	r.marker(run, MarkerSequenceDone, trace.Attrs{"requests": len(plan), "errors": failed})
+	r.marker(run, trace.MarkerSequenceDone, trace.Attrs{"requests": len(plan), "errors": failed})
 	if firstErr != nil {
 		return fmt.Errorf("%d of %d requests failed, first %w", failed, len(plan), firstErr)
 	}
@@ -491,13 +468,13 @@ func (r *Runner) send(c command, what string) {
 
 // refuse reports an action that cannot be done, on the stream the UI reads.
 func (r *Runner) refuse(what, why string) {
-	r.marker(r.RunIndex(), MarkerActionRefused, trace.Attrs{"action": what, "reason": why})
+	r.marker(r.RunIndex(), trace.MarkerActionRefused, trace.Attrs{"action": what, "reason": why})
 }
 
 // NewColdRun stops the target and starts it again as a new cold run (the
 // `r` key); its events carry the next run index. It returns at once; the
 // run happens on Run's goroutine after whatever is in progress. Refusals
-// are reported as MarkerActionRefused.
+// are reported as trace.MarkerActionRefused.
 func (r *Runner) NewColdRun() {
 	if r.cfg.Attached {
 		r.refuse("new_cold_run", "an attached server cannot be restarted cold by treni-top; restart it yourself and attach again")

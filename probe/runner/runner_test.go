@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,11 +161,27 @@ func TestSequence(t *testing.T) {
 			t.Fatalf("probes %v, want %v", got, want)
 		}
 	}
+	// The phases of the cold sequence (they used to be asserted on the
+	// removed prober.ColdSequence, a second cold sequence only tests used).
+	p.mu.Lock()
+	for _, pr := range p.probes {
+		want := trace.PhaseWarm
+		switch {
+		case pr.Label == "cold_1":
+			want = trace.PhaseCold
+		case strings.HasPrefix(pr.Label, "warmup_"):
+			want = trace.PhaseWarmup
+		}
+		if pr.Phase != want {
+			t.Errorf("%s phase %q, want %q", pr.Label, pr.Phase, want)
+		}
+	}
+	p.mu.Unlock()
 	ts := l.all()
 	if len(ts) != 1 || !ts[0].isStopped() {
 		t.Errorf("target not launched once and stopped: %d targets", len(ts))
 	}
-	if len(s.markers(trace.MarkerRunStart)) != 1 || len(s.markers(MarkerSequenceDone)) != 1 {
+	if len(s.markers(trace.MarkerRunStart)) != 1 || len(s.markers(trace.MarkerSequenceDone)) != 1 {
 		t.Error("run_start or sequence_done missing")
 	}
 }
@@ -173,9 +190,9 @@ func TestNewColdRunAndQuit(t *testing.T) {
 	r, s, l, p := newTest(t, func(c *Config) { c.ExitAfterSequence = false; c.Repeat = 1; c.Warmup = 0 })
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	waitFor(t, func() bool { return len(s.markers(MarkerSequenceDone)) == 1 })
+	waitFor(t, func() bool { return len(s.markers(trace.MarkerSequenceDone)) == 1 })
 	r.NewColdRun()
-	waitFor(t, func() bool { return len(s.markers(MarkerSequenceDone)) == 2 })
+	waitFor(t, func() bool { return len(s.markers(trace.MarkerSequenceDone)) == 2 })
 	r.WarmProbe()
 	waitFor(t, func() bool { return len(p.labels()) == 5 })
 	if got := p.labels()[4]; got != "warm_2" {
@@ -262,7 +279,7 @@ func TestCrashBeforeHealthy(t *testing.T) {
 	if len(p.labels()) != 0 {
 		t.Error("requests sent to a dead target")
 	}
-	if len(s.markers(MarkerRunFailed)) != 1 {
+	if len(s.markers(trace.MarkerRunFailed)) != 1 {
 		t.Error("no run_failed marker")
 	}
 }
@@ -275,12 +292,12 @@ func TestAttachedRefusesRestart(t *testing.T) {
 	if got := p.labels(); len(got) != 4 || got[0] != "warmup_1" {
 		t.Errorf("attached sequence %v: no cold request expected", got)
 	}
-	if len(s.markers(trace.MarkerRunStart)) != 0 || len(s.markers(MarkerAttached)) != 1 {
+	if len(s.markers(trace.MarkerRunStart)) != 0 || len(s.markers(trace.MarkerAttached)) != 1 {
 		t.Error("an attach must not claim a run start")
 	}
 	r.NewColdRun()
 	r.EvictAndRestart()
-	if n := len(s.markers(MarkerActionRefused)); n != 2 {
+	if n := len(s.markers(trace.MarkerActionRefused)); n != 2 {
 		t.Errorf("restart of an attached server: %d refusals, want 2", n)
 	}
 }

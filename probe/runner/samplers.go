@@ -12,11 +12,6 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// MarkerGPUStatus is emitted once at the start with the GPU sampler's state
-// ("no NVIDIA GPU: …" or "1 NVIDIA GPU(s)"), so the UI can say why there is
-// no GPU panel instead of repeating errors.
-const MarkerGPUStatus = "gpu_status"
-
 // Samplers is the default set for a target: its process tree (proc), the
 // GPUs (when NVML is there) and the page-cache residency of the weight
 // files. Close releases what they hold (NVML).
@@ -59,7 +54,7 @@ func (s *Samplers) Close() error {
 // Emit records the GPU status once on the stream.
 func (s *Samplers) Emit(sink trace.Sink, clock trace.Clock) {
 	sink.Emit(trace.Event{At: clock.Now(), Kind: trace.KindMarker, Marker: &trace.Marker{
-		Name: MarkerGPUStatus, Attrs: trace.Attrs{"status": s.GPUStatus},
+		Name: trace.MarkerGPUStatus, Attrs: trace.Attrs{"status": s.GPUStatus},
 	}})
 }
 

@@ -60,7 +60,7 @@ func runWithServer(t *testing.T, h http.Handler, wait func(ctx context.Context, 
 		Launcher: LaunchFunc(func(_ context.Context, run int) (Target, error) {
 			return servedTarget{&fakeTarget{run: run, exited: make(chan struct{})}, hs.URL}, nil
 		}),
-		Prober: ProberFunc(func(ctx context.Context, _ Target, p Probe) (trace.Request, error) {
+		Prober: proberFunc(func(ctx context.Context, _ Target, p Probe) (trace.Request, error) {
 			wait(ctx, s)
 			return trace.Request{Label: p.Label, Done: true}, nil
 		}),
@@ -136,4 +136,11 @@ func TestRunnerNoMetricsPageOnce(t *testing.T) {
 	if got := s.samples(); len(got) != 0 {
 		t.Fatalf("server samples without a metrics page: %v", got)
 	}
+}
+
+// proberFunc adapts a function to Prober.
+type proberFunc func(ctx context.Context, target Target, p Probe) (trace.Request, error)
+
+func (f proberFunc) Probe(ctx context.Context, target Target, p Probe) (trace.Request, error) {
+	return f(ctx, target, p)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -18,7 +19,7 @@ func TestHeadlessProgress(t *testing.T) {
 	}
 	bus.Close()
 	var out bytes.Buffer
-	if err := Headless(context.Background(), &out, sub); err != nil {
+	if err := sessions.PrintProgress(context.Background(), &out, sub); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()

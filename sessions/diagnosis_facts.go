@@ -1,0 +1,154 @@
+package sessions
+
+import (
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// reading is the first and last value of one metric seen in a window.
+type reading struct {
+	first, last float64
+	seen        bool
+}
+
+func (r *reading) add(v float64) {
+	if !r.seen {
+		r.first, r.seen = v, true
+	}
+	r.last = v
+}
+
+// rise is last − first, or −1 when the metric was not read (RunFacts'
+// "probe missing").
+func (r reading) rise() float64 {
+	if !r.seen {
+		return -1
+	}
+	return r.last - r.first
+}
+
+// factCollector accumulates a run's probe readings, event by event.
+type factCollector struct {
+	run            Run
+	cold           trace.Request
+	hasCold        bool
+	f              RunFacts
+	firstRes, last *trace.Sample // page-cache residency samples in the cold window
+	read, cached   reading       // IO read bytes, system page cache, over the cold window
+	gpu            reading       // GPU memory over the cold window
+	gpuReq, rssReq reading       // GPU memory and RSS during the cold request
+}
+
+// inWindow: at lies in the run's cold window.
+func (c *factCollector) inWindow(at time.Duration) bool {
+	return at >= c.run.Start && at <= c.run.ColdEnd
+}
+
+// inColdRequest: at lies within the cold request.
+func (c *factCollector) inColdRequest(at time.Duration) bool {
+	return c.hasCold && at >= c.cold.Sent && at <= c.cold.Sent+c.cold.End
+}
+
+// collectFacts reads the probes' samples and markers for a run.
+func collectFacts(events []trace.Event, run Run) RunFacts {
+	c := &factCollector{run: run, f: RunFacts{ResidentBefore: -1, ResidentAfter: -1}}
+	c.cold, c.hasCold = run.ColdRequest()
+	for i := range events {
+		e := &events[i]
+		if e.Run != run.Index {
+			continue
+		}
+		switch e.Kind {
+		case trace.KindMarker:
+			c.marker(e)
+		case trace.KindSample:
+			c.sample(e)
+		}
+	}
+	f := c.f
+	if f.ResidentBefore < 0 && c.firstRes != nil {
+		f.ResidentBefore = c.firstRes.Values[trace.MetricResidentBytes] / c.firstRes.Values[trace.MetricWeightBytes]
+	}
+	if c.last != nil {
+		f.ResidentAfter = c.last.Values[trace.MetricResidentBytes] / c.last.Values[trace.MetricWeightBytes]
+	}
+	f.IOReadBytes, f.CachedRise = c.read.rise(), c.cached.rise()
+	// Memory growth defaults to zero when not read (it may be negative when
+	// read: memory freed).
+	for _, g := range []struct {
+		r   reading
+		dst *float64
+	}{{c.gpu, &f.GPUMemRise}, {c.gpuReq, &f.GPUMemFirstReq}, {c.rssReq, &f.RSSFirstReq}} {
+		if g.r.seen {
+			*g.dst = g.r.rise()
+		}
+	}
+	return f
+}
+
+// marker reads eviction, the log's clock and the residency check before
+// launch.
+func (c *factCollector) marker(e *trace.Event) {
+	m := e.Marker
+	switch m.Name {
+	case trace.MarkerEvicted:
+		c.f.Evicted = true
+	case trace.MarkerLogClock:
+		if n, ok := m.Attrs.Float("timed_lines"); ok && n == 0 {
+			c.f.UntimedLog = true
+		}
+	case trace.MarkerResidency:
+		res, ok1 := m.Attrs.Float("resident_bytes")
+		tot, ok2 := m.Attrs.Float("total_bytes")
+		if ok1 && ok2 && tot > 0 && e.At <= c.run.Start+time.Millisecond*50 {
+			// The last check before launch wins (after eviction).
+			c.f.ResidentBefore = res / tot
+			c.f.WeightBytes = tot
+		}
+	}
+}
+
+// sample reads the page-cache, process and GPU samplers.
+func (c *factCollector) sample(e *trace.Event) {
+	s := e.Sample
+	v := s.Values
+	switch {
+	case s.Source == trace.SourcePageCache:
+		if tot := v[trace.MetricWeightBytes]; tot > 0 {
+			if c.f.WeightBytes == 0 {
+				c.f.WeightBytes = tot
+			}
+			if c.inWindow(e.At) {
+				if c.firstRes == nil {
+					c.firstRes = s
+				}
+				c.last = s
+			}
+		}
+		if x, ok := v[trace.MetricSysCachedBytes]; ok && c.inWindow(e.At) {
+			c.cached.add(x)
+		}
+	case s.Source == trace.SourceProcess:
+		if x, ok := v[trace.MetricReadBytes]; ok && c.inWindow(e.At) {
+			c.read.add(x)
+		}
+		if x, ok := v[trace.MetricRSS]; ok && c.inColdRequest(e.At) {
+			c.rssReq.add(x)
+		}
+	case strings.HasPrefix(s.Source, "gpu"):
+		c.f.HaveGPU = true
+		if x, ok := v[trace.MetricGPUMemUsed]; ok {
+			if c.inWindow(e.At) {
+				c.gpu.add(x)
+			}
+			if c.inColdRequest(e.At) {
+				c.gpuReq.add(x)
+			}
+		}
+		if rx := v[trace.MetricPCIeRX]; rx > c.f.PCIeRXMax && c.inWindow(e.At) {
+			c.f.PCIeRXMax = rx
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package sessions
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
+)
+
+// rule is one row of the decision table: a hypothesis about where the cold
+// start (or, for F, the warm TTFT) goes, and how the facts decide it.
+// Adding a hypothesis is adding a rule here, a knob row in knobTable, and a
+// row in the tests.
+type rule struct {
+	code, title string
+	// cold rules (A–E) explain a share of the cold window; ranking weighs
+	// them against each other and gives their verdicts. A rule that is
+	// not cold (F) sets its own score and verdict.
+	cold bool
+	// eval fills the row from the facts: TermMS, Evidence and Missing for
+	// a cold rule; Score and Verdict too for the others.
+	eval func(x *facts, h *Hypothesis)
+}
+
+// rules lists the table's rows in their fixed order.
+func rules() []rule {
+	return []rule{
+		{"A", "page cache fill dominated", true, ruleA},
+		{"B", "HBM transfer / allocation dominated", true, ruleB},
+		{"C", "runtime warm-up dominated", true, ruleC},
+		{"D", "first-time KV / buffer allocation dominated", true, ruleD},
+		{"E", "process / runtime init dominated", true, ruleE},
+		{"F", "queueing / scheduling dominated (warm)", false, ruleF},
+	}
+}
+
+// facts are the inputs every rule reads: the run, the probe readings and
+// what is derived from them once.
+type facts struct {
+	RunFacts
+	run  Run
+	reqs RequestSummary
+	// engine is the target's kind, for the next knobs.
+	engine target
+	// loadTerm is page_cache; uploadTerm is decoder_tensor_upload plus the
+	// time a server's own model_load alone covers (the stages it contains,
+	// KV sizing or CUDA init, are counted by their own rows).
+	loadTerm, uploadTerm time.Duration
+	// downloadS is the weight download inside the load, in seconds.
+	downloadS float64
+	// residencyKnown: the page-cache residency before launch was read;
+	// ioKnown: the target's IO and the weight size were.
+	residencyKnown, ioKnown bool
+	// coldCache / warmCache: the weights came from storage / from RAM.
+	// Neither: loading is undecided.
+	coldCache, warmCache bool
+	// firstReqExcess is cold_1's TTFT above the warm median (ms, 0 when
+	// not above or not probed); firstReqJump the larger memory growth
+	// (GPU or RSS) during cold_1.
+	firstReqExcess, firstReqJump float64
+}
+
+// dur is the summed duration of the named stages in the run's attribution.
+func (x *facts) dur(names ...trace.Stage) time.Duration {
+	var sum time.Duration
+	for _, n := range names {
+		if s, ok := x.run.Attribution.Stage(n); ok {
+			sum += s.Duration
+		}
+	}
+	return sum
+}
+
+// gatherFacts reads the run once for every rule.
+func gatherFacts(events []trace.Event, run Run) *facts {
+	x := &facts{RunFacts: collectFacts(events, run), run: run, reqs: SummarizeRequests(run.Requests)}
+	x.engine = targetOf(events, run, x.RunFacts)
+	x.loadTerm = x.dur(trace.StagePageCache)
+	x.uploadTerm = x.dur(trace.StageDecoderTensorUpload)
+	if s, ok := run.Attribution.Stage(trace.StageModelLoad); ok {
+		x.uploadTerm += s.Exclusive
+	}
+	if x.engine.Engine == EngineOther && x.uploadTerm > 0 {
+		// A server that reports an upload stage moves the weights to a
+		// device even when no GPU was sampled.
+		x.engine.GPU = true
+	}
+	// A download inside the load (a server fetching weights from a hub) is
+	// the strongest evidence that the bytes were not in RAM: they were not
+	// even on disk.
+	for _, sp := range run.Spans {
+		if v, ok := sp.Attrs.Float("download_s"); ok {
+			x.downloadS += v
+		}
+	}
+	x.residencyKnown = x.ResidentBefore >= 0
+	x.ioKnown = x.IOReadBytes >= 0 && x.WeightBytes > 0
+	loadMS := stat.MS(x.loadTerm + x.uploadTerm)
+	x.coldCache = x.downloadS > 0 && loadMS > 0 && x.downloadS*1000 >= 0.5*loadMS ||
+		x.residencyKnown && x.ResidentBefore < ColdResidency ||
+		!x.residencyKnown && x.ioKnown && x.IOReadBytes >= IOReadMatchesWeights*x.WeightBytes
+	x.warmCache = x.residencyKnown && x.ResidentBefore >= WarmResidency ||
+		!x.residencyKnown && x.ioKnown && x.IOReadBytes < 0.1*x.WeightBytes
+	if x.reqs.Cold != nil && x.reqs.WarmTTFT.N > 0 {
+		x.firstReqExcess = max(x.reqs.Cold.TTFT-x.reqs.WarmTTFT.Median, 0)
+		x.firstReqJump = max(x.GPUMemFirstReq, x.RSSFirstReq)
+	}
+	return x
+}
+
+// ruleA: page cache fill. When the weights came from storage, storage
+// reads sit inside every loading stage, so the whole loading term is A's.
+func ruleA(x *facts, h *Hypothesis) {
+	if x.residencyKnown {
+		h.Evidence = append(h.Evidence, Evidence{"resident before launch", pct(x.ResidentBefore)})
+	}
+	if x.Evicted {
+		h.Evidence = append(h.Evidence, Evidence{"evicted by treni-top", "yes"})
+	}
+	if x.ioKnown {
+		h.Evidence = append(h.Evidence, Evidence{"IO read in cold window", fmt.Sprintf("%s of %s weights", gb(x.IOReadBytes), gb(x.WeightBytes))})
+	}
+	if x.downloadS > 0 {
+		h.Evidence = append(h.Evidence, Evidence{"weights downloaded during load", fmt.Sprintf("%.1f s", x.downloadS)})
+	}
+	if x.CachedRise > 0 {
+		h.Evidence = append(h.Evidence, Evidence{"page cache grew", gb(x.CachedRise)})
+	}
+	if x.loadTerm > 0 {
+		h.Evidence = append(h.Evidence, Evidence{"page_cache stage", stat.FormatDuration(x.loadTerm)})
+	}
+	if x.coldCache {
+		h.TermMS = stat.MS(x.loadTerm + x.uploadTerm)
+	}
+	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler, or run with --evict-page-cache)")...)
+}
+
+// ruleB: moving the weights into the engine's resident memory. With the
+// bytes in RAM, loading is that move: device memory on a GPU, the
+// process's own mapping or copy on CPU.
+func ruleB(x *facts, h *Hypothesis) {
+	if x.residencyKnown {
+		h.Evidence = append(h.Evidence, Evidence{"resident before launch", pct(x.ResidentBefore)})
+	}
+	if x.uploadTerm > 0 {
+		h.Evidence = append(h.Evidence, Evidence{"upload/load stage", stat.FormatDuration(x.uploadTerm)})
+	}
+	if x.HaveGPU {
+		h.Evidence = append(h.Evidence, Evidence{"GPU memory rise", gb(x.GPUMemRise)}, Evidence{"PCIe RX peak", fmt.Sprintf("%.1f GB/s", x.PCIeRXMax/1e9)})
+	}
+	if x.warmCache && !x.coldCache {
+		h.TermMS = stat.MS(x.loadTerm + x.uploadTerm)
+	}
+	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler)")...)
+	switch {
+	case x.engine.Engine == EngineBuiltinCPU && x.engine.Load == loadCopy:
+		h.Evidence = append(h.Evidence, Evidence{"device", "CPU, --load copy: loading is a host copy into the engine's memory, not an upload"})
+	case !x.HaveGPU && x.uploadTerm == 0:
+		// On the CPU backend "resident memory" is the process's own
+		// mapping of the weights: faulting the pages in, not a PCIe copy.
+		h.Evidence = append(h.Evidence, Evidence{"device", "CPU: loading is mapping the cached weights into the process"})
+	}
+}
+
+// loadingMissing says what keeps A and B undecided when the cache was
+// neither cold nor warm: the residency probe, or a residency in between.
+func loadingMissing(x *facts, probe string) []string {
+	if x.coldCache || x.warmCache || x.loadTerm+x.uploadTerm == 0 {
+		return nil
+	}
+	if x.residencyKnown {
+		// Partly resident: neither storage nor memory traffic can be
+		// said to dominate loading without timing them apart.
+		return []string{fmt.Sprintf("a page cache neither cold nor warm (%.0f%% resident before launch; cold is < %.0f%%, warm ≥ %.0f%%): evict (--evict-page-cache) or pre-read the weights to decide",
+			100*x.ResidentBefore, 100*ColdResidency, 100*WarmResidency)}
+	}
+	return []string{probe}
+}
+
+// ruleC: runtime warm-up — the device runtime's one-time setup: driver and
+// context init, module load and JIT, compile, graph capture, warm-up
+// passes — with the warm requests' stability as evidence and cold_1's
+// excess when no memory jump makes it D's. cuda_init belongs to C, not to
+// E: E is the process's own start "before any device work".
+func ruleC(x *facts, h *Hypothesis) {
+	warmStages := []trace.Stage{trace.StageCUDAInit, trace.StageKernelLoad, trace.StageCompile, trace.StageGraphCapture, trace.StageWarmup}
+	h.TermMS = stat.MS(x.dur(warmStages...))
+	for _, n := range warmStages {
+		if t := x.dur(n); t > 0 {
+			h.Evidence = append(h.Evidence, Evidence{string(n), stat.FormatDuration(t)})
+		}
+	}
+	if x.reqs.WarmTTFT.N >= 2 {
+		h.Evidence = append(h.Evidence, Evidence{"warm TTFT spread", pct(x.reqs.WarmTTFT.Spread)})
+	}
+	if x.firstReqExcess > 0 && x.firstReqJump < FirstRequestMemJump {
+		h.TermMS += x.firstReqExcess
+		h.Evidence = append(h.Evidence, Evidence{"first-run overhead (cold_1 − warm median)", stat.FormatMS(x.firstReqExcess) + " ms"})
+	}
+}
+
+// ruleD: KV sizing at start, plus cold_1's excess when a memory jump
+// during it says the first request allocated.
+func ruleD(x *facts, h *Hypothesis) {
+	kv := x.dur(trace.StageKVAlloc)
+	h.TermMS = stat.MS(kv)
+	if kv > 0 {
+		h.Evidence = append(h.Evidence, Evidence{"kv_alloc", stat.FormatDuration(kv)})
+		if s, ok := x.run.Attribution.Stage(trace.StageKVAlloc); ok {
+			if b, ok := s.Attrs.Float(trace.AttrBytes); ok && b > 0 {
+				h.Evidence = append(h.Evidence, Evidence{"KV pool", gb(b)})
+			}
+			if b, ok := s.Attrs.Float("touched_bytes"); ok && b > 0 {
+				h.Evidence = append(h.Evidence, Evidence{"memory allocated and touched", gb(b)})
+			}
+		}
+	}
+	if x.firstReqExcess > 0 && x.firstReqJump >= FirstRequestMemJump {
+		h.TermMS += x.firstReqExcess
+		h.Evidence = append(h.Evidence, Evidence{"cold_1 − warm median TTFT", stat.FormatMS(x.firstReqExcess) + " ms"}, Evidence{"memory jump on first request", gb(x.firstReqJump)})
+	}
+}
+
+// ruleE: process start and runtime init (imports, interpreter, config).
+// A silent start is not guessed into E: live runs get process_start
+// (spawn → first output) from the launcher, and time no stage covers
+// stays unattributed.
+func ruleE(x *facts, h *Hypothesis) {
+	h.TermMS = stat.MS(x.dur(trace.StageProcessStart, trace.StageRuntimeInit))
+	for _, n := range []trace.Stage{trace.StageProcessStart, trace.StageRuntimeInit} {
+		if t := x.dur(n); t > 0 {
+			h.Evidence = append(h.Evidence, Evidence{string(n), stat.FormatDuration(t)})
+		}
+	}
+}
+
+// ruleF: queueing, from load-generator requests: TTFT against the number
+// of requests in flight when each was sent. Its score is its own (growth
+// ÷ (growth + QueueingGrowth)), not a share of the cold start.
+func ruleF(x *facts, h *Hypothesis) {
+	type point struct {
+		inflight int
+		ttft     float64
+	}
+	reqs := x.run.Requests
+	var pts []point
+	for i, q := range reqs {
+		if q.Phase != trace.PhaseBench || !q.OK() || q.FirstToken == 0 {
+			continue
+		}
+		n := 0
+		for j, o := range reqs {
+			if j != i && o.Sent <= q.Sent && o.Sent+o.End > q.Sent {
+				n++
+			}
+		}
+		pts = append(pts, point{n, stat.MS(q.FirstToken)})
+	}
+	if len(pts) < 8 {
+		h.Verdict = VerdictInsufficient
+		h.Missing = []string{"load at several concurrencies (treni-top bench)"}
+		return
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].inflight < pts[j].inflight })
+	q := max(len(pts)/4, 1)
+	var lo, hi []float64
+	for _, p := range pts[:q] {
+		lo = append(lo, p.ttft)
+	}
+	for _, p := range pts[len(pts)-q:] {
+		hi = append(hi, p.ttft)
+	}
+	l, hm := stat.Summarize(lo).Median, stat.Summarize(hi).Median
+	growth := 0.0
+	if l > 0 {
+		growth = hm / l
+	}
+	h.Evidence = []Evidence{
+		{"TTFT at low concurrency", fmt.Sprintf("%s ms (≤%d in flight)", stat.FormatMS(l), pts[q-1].inflight)},
+		{"TTFT at high concurrency", fmt.Sprintf("%s ms (≥%d in flight)", stat.FormatMS(hm), pts[len(pts)-q].inflight)},
+		{"growth", fmt.Sprintf("%.1f×", growth)},
+	}
+	h.Score = growth / (growth + QueueingGrowth)
+	switch {
+	case pts[len(pts)-1].inflight <= pts[0].inflight:
+		h.Verdict = VerdictInsufficient
+		h.Missing = []string{"requests at more than one concurrency"}
+	case growth >= QueueingGrowth:
+		h.Verdict = VerdictDominant
+	case growth >= 1+ContributesShare:
+		h.Verdict = VerdictContributes
+	default:
+		h.Verdict = VerdictRuledOut
+	}
+}

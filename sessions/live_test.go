@@ -1,0 +1,170 @@
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// TestPrintProgressMarkers: the headless transcript prints the markers a
+// live run printed and a replay used to drop (run_failed, gpu_status,
+// attached, a crash's log tail, residency, a late server kind).
+func TestPrintProgressMarkers(t *testing.T) {
+	bus := trace.NewBus()
+	sub := bus.Subscribe()
+	mk := func(at float64, name string, attrs trace.Attrs) {
+		bus.Emit(trace.Event{At: d(at), Run: 1, Kind: trace.KindMarker, Marker: &trace.Marker{Name: name, Attrs: attrs}})
+	}
+	mk(0, trace.MarkerGPUStatus, trace.Attrs{"status": "no NVIDIA GPU: no driver"})
+	mk(1, trace.MarkerAttached, nil)
+	mk(2, trace.MarkerResidency, trace.Attrs{"resident_bytes": 512.0 * (1 << 20), "total_bytes": 1024.0 * (1 << 20), "when": "before"})
+	mk(3, trace.MarkerKindDetected, trace.Attrs{"server_kind": "vllm"})
+	mk(4, trace.MarkerTargetCrashed, trace.Attrs{"log_tail": "CUDA out of memory\nexiting"})
+	mk(5, trace.MarkerRunFailed, trace.Attrs{"error": "the target exited before it was healthy"})
+	bus.Close()
+	var out bytes.Buffer
+	if err := PrintProgress(context.Background(), &out, sub); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"gpu: no NVIDIA GPU: no driver", "attached (no cold start", "weights residency (before): 50.0% of 1.00 GiB",
+		"server kind detected from its output: vllm", "    | CUDA out of memory", "run_failed: the target exited before it was healthy",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestLiveRecordsEveryEvent: the file, the in-memory copy and the
+// transcript all see every event emitted between StartLive and Finish.
+func TestLiveRecordsEveryEvent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	var out syncBuffer
+	h := NewHeader("test", time.Unix(0, 0), Target{Kind: TargetBuiltin})
+	l, err := StartLive(h, LiveOptions{Record: path, Label: "x", Progress: &out, KeepEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := coldRun(1, 0, 1, []float64{20, 21, 22})
+	r := runnerFunc(func(context.Context) error {
+		for _, e := range evs {
+			l.Bus.Emit(e)
+		}
+		return nil
+	})
+	sess, runErr, fileErr := l.Drive(context.Background(), r, nil)
+	if runErr != nil || fileErr != nil {
+		t.Fatal(runErr, fileErr)
+	}
+	if len(sess.Events) != len(evs) {
+		t.Errorf("in memory %d events, want %d", len(sess.Events), len(evs))
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Events) != len(evs) || l.Path() != path {
+		t.Errorf("file has %d events, want %d (path %q)", len(f.Events), len(evs), l.Path())
+	}
+	if !strings.Contains(out.String(), "cold run 1: launching") || !strings.Contains(out.String(), "request warm_3") {
+		t.Errorf("transcript:\n%s", out.String())
+	}
+	if _, err := StartLive(h, LiveOptions{Record: path, NoRecord: true}); err == nil {
+		t.Error("--record with --no-record accepted")
+	}
+}
+
+type runnerFunc func(context.Context) error
+
+func (f runnerFunc) Run(ctx context.Context) error { return f(ctx) }
+func (runnerFunc) Quit()                           {}
+
+// syncBuffer is a bytes.Buffer safe for the printer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestReplayPlay: Play delivers every event of the session, in order, then
+// closes the subscription; stop joins the replayer.
+func TestReplayPlay(t *testing.T) {
+	evs := coldRun(1, 0, 1, []float64{20, 21, 22})
+	rp := NewReplayer(evs, ReplayOptions{Fast: true})
+	sub, stop := rp.Play(context.Background())
+	defer stop()
+	n := 0
+	for e := range sub.Events() {
+		if e.At != evs[n].At || e.Kind != evs[n].Kind {
+			t.Fatalf("event %d: %v %s, want %v %s", n, e.At, e.Kind, evs[n].At, evs[n].Kind)
+		}
+		n++
+	}
+	if n != len(evs) {
+		t.Fatalf("got %d events, want %d", n, len(evs))
+	}
+}
+
+// quitRunner emits one event and runs until Quit.
+type quitRunner struct {
+	bus  *trace.Bus
+	quit chan struct{}
+}
+
+func (q *quitRunner) Run(ctx context.Context) error {
+	q.bus.Emit(trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart}})
+	select {
+	case <-q.quit:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (q *quitRunner) Quit() { close(q.quit) }
+
+// TestLiveDriveWithUI: the UI sees the session from its first event; when
+// it returns the runner is told to quit and joined, and a UI failure is the
+// run's error.
+func TestLiveDriveWithUI(t *testing.T) {
+	h := NewHeader("test", time.Unix(0, 0), Target{Kind: TargetBuiltin})
+	l, err := StartLive(h, LiveOptions{NoRecord: true, UI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &quitRunner{bus: l.Bus, quit: make(chan struct{})}
+	var first trace.Event
+	ui := func(ctx context.Context, sub *trace.Subscription) error {
+		first = <-sub.Events()
+		return errors.New("no terminal")
+	}
+	_, runErr, fileErr := l.Drive(context.Background(), r, ui)
+	if first.Marker == nil || first.Marker.Name != trace.MarkerRunStart {
+		t.Errorf("the UI's first event is %+v, want run_start", first)
+	}
+	if runErr == nil || !strings.Contains(runErr.Error(), "terminal UI: no terminal") || fileErr != nil {
+		t.Errorf("runErr %v fileErr %v", runErr, fileErr)
+	}
+	l2, _ := StartLive(h, LiveOptions{NoRecord: true})
+	if _, runErr, _ := l2.Drive(context.Background(), &quitRunner{bus: l2.Bus, quit: make(chan struct{})}, ui); runErr == nil {
+		t.Error("a UI without LiveOptions.UI was accepted")
+	}
+}

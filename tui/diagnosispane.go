@@ -1,0 +1,62 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/treni-top/treni-top/sessions"
+)
+
+// diagnosisPane is the decision table (docs/ARCHITECTURE.md, "Diagnosis"):
+// each hypothesis with its verdict, evidence and next knob.
+type diagnosisPane struct{}
+
+func (diagnosisPane) title() string { return "Diagnosis" }
+
+func (diagnosisPane) view(c *programContext, st *state, w, h int) []string {
+	t := c.theme
+	d := st.diag
+	if len(d.Hypotheses) == 0 {
+		return []string{t.render(t.dim, "no diagnosis yet")}
+	}
+	lines := wrap(d.Summary, w, "")
+	for i := range lines {
+		lines[i] = t.render(t.bold, lines[i])
+	}
+	for _, hy := range d.Hypotheses {
+		verdict := string(hy.Verdict)
+		st := t.dim
+		switch hy.Verdict {
+		case sessions.VerdictDominant:
+			st = t.bad
+			verdict = "▶ " + verdict
+		case sessions.VerdictContributes:
+			st = t.warn
+		case sessions.VerdictRuledOut:
+			st = t.good
+		}
+		// Verdict first: it is what the eye looks for, and titles may be
+		// cut on narrow screens.
+		l := hy.Code + "  " + t.render(st, padRight(verdict, 22)) + " " + hy.Title
+		if hy.Score > 0 {
+			l += t.render(t.dim, fmt.Sprintf(" (score %.2f)", hy.Score))
+		}
+		lines = append(lines, l)
+		var ev []string
+		for _, e := range hy.Evidence {
+			ev = append(ev, e.Name+" "+e.Value)
+		}
+		lines = append(lines, wrapItems(ev, " · ", w, "     ")...)
+		if len(hy.Missing) > 0 {
+			for _, l := range wrap("missing: "+strings.Join(hy.Missing, ", "), w, "     ") {
+				lines = append(lines, t.render(t.dim, l))
+			}
+		}
+		if hy.NextKnob != "" {
+			for _, l := range wrap("next: "+hy.NextKnob, w, "     ") {
+				lines = append(lines, t.render(t.accent, l))
+			}
+		}
+	}
+	return lines
+}

@@ -1,0 +1,252 @@
+package tui
+
+// The frame: header, the panes in a grid (or one zoomed), the help
+// overlay and the footer. Every line is fitted to the terminal width.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// View renders the frame.
+func (m Model) View() string {
+	w, h := m.ctx.width, m.ctx.height
+	if w <= 0 || h <= 0 {
+		return "treni-top: starting…"
+	}
+	lines := m.frame(w, h)
+	return strings.Join(lines, "\n")
+}
+
+// frame renders exactly h lines of width w.
+func (m Model) frame(w, h int) []string {
+	head := m.headerLines(w)
+	foot := []string{m.footerLine(w)}
+	bodyH := h - len(head) - len(foot)
+	var body []string
+	switch {
+	case bodyH < 3:
+		body = fitLines(nil, w, max(bodyH, 0))
+	case m.showHelp:
+		body = box(m.ctx.theme, "Keys", m.helpLines(w), w, bodyH, true)
+	case w >= gridMinW && h >= gridMinH && !m.zoom:
+		body = m.grid(w, bodyH)
+	default:
+		body = m.paneBox(m.focus, w, bodyH)
+	}
+	out := make([]string, 0, h)
+	for _, l := range head {
+		out = append(out, fit(l, w))
+	}
+	out = append(out, body...)
+	for _, l := range foot {
+		out = append(out, fit(l, w))
+	}
+	if len(out) > h {
+		// A terminal too short for header and footer: keep the header.
+		out = out[:h]
+	}
+	return out
+}
+
+// pane is the component in slot i: the bench pane takes the waterfall's
+// slot when a bench is running or the session holds bench runs (a bench
+// target has no cold start to draw).
+func (m Model) pane(i int) pane {
+	if i == paneWaterfall && m.benchActive() {
+		return benchPane{m: &m}
+	}
+	return m.panes[i]
+}
+
+func (m Model) paneBox(i, w, h int) []string {
+	p := m.pane(i)
+	title := fmt.Sprintf("%d %s", i+1, p.title())
+	if r, ok := m.st.run(m.ctx.runSel); ok && len(m.st.runs) > 1 && (i == paneWaterfall || i == paneRequests) {
+		title += fmt.Sprintf(" · run %d", r.Index)
+	}
+	memo := false
+	switch i {
+	case paneRequests, paneDiagnosis, paneSession:
+		memo = true
+	case paneWaterfall:
+		memo = !m.benchActive()
+	}
+	var key boxKey
+	if memo {
+		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title}
+		if c, ok := m.ctx.boxes[i]; ok && c.key == key {
+			return c.lines
+		}
+	}
+	inner := p.view(m.ctx, m.st, w-2, h-2)
+	lines := box(m.ctx.theme, title, inner, w, h, i == m.focus)
+	if memo {
+		m.ctx.boxes[i] = boxMemo{key: key, lines: lines}
+	}
+	return lines
+}
+
+// grid lays out every pane: waterfall and charts on top, requests and
+// diagnosis in the middle, log and session at the bottom.
+func (m Model) grid(w, h int) []string {
+	topH := h * 40 / 100
+	midH := h * 31 / 100
+	botH := h - topH - midH
+	leftW := w * 58 / 100
+	rightW := w - leftW
+	var out []string
+	out = append(out, joinH(m.paneBox(paneWaterfall, leftW, topH), m.paneBox(paneCharts, rightW, topH))...)
+	out = append(out, joinH(m.paneBox(paneRequests, leftW, midH), m.paneBox(paneDiagnosis, rightW, midH))...)
+	out = append(out, joinH(m.paneBox(paneLog, leftW, botH), m.paneBox(paneSession, rightW, botH))...)
+	return out
+}
+
+func (m Model) headerLines(w int) []string {
+	t := m.ctx.theme
+	hd := m.ctx.header
+	r, ok := m.st.run(m.ctx.runSel)
+	stateWord := targetState(r, ok, ok && m.st.probing(r.Index))
+	if m.benchActive() {
+		stateWord = m.benchState()
+	}
+	stSt := t.warn
+	switch {
+	case strings.HasPrefix(stateWord, "crashed"):
+		stSt = t.bad
+	case stateWord == "healthy":
+		stSt = t.good
+	case stateWord == "probing", stateWord == "benchmarking":
+		stSt = t.accent
+	case stateWord == "stopped", stateWord == "waiting", stateWord == "finished":
+		stSt = t.dim
+	}
+	device := hd.Target.Device
+	if device == "" && len(hd.GPUs) > 0 {
+		device = hd.GPUs[0].Name
+		if len(hd.GPUs) > 1 {
+			device += fmt.Sprintf(" ×%d", len(hd.GPUs))
+		}
+	}
+	if device == "" {
+		device = "cpu"
+	}
+	model := hd.Target.Model
+	if model == "" {
+		model = "?"
+	}
+	elapsed := m.position()
+	desc := hd.Target.Describe()
+	if !strings.Contains(desc, model) {
+		desc += t.render(t.dim, " · model ") + model
+	}
+	l1 := t.render(t.title, "treni-top") + " " + t.render(t.dim, "│") + " " + desc + t.render(t.dim, " on ") + device
+	right := t.render(stSt, "● "+stateWord) + t.render(t.dim, "  elapsed ") + fmtDur(elapsed)
+	l1 = spread(l1, right, w)
+
+	var parts []string
+	if ok {
+		parts = append(parts, fmt.Sprintf("run %d/%d", r.Index+1, len(m.st.runs)))
+		if r.ColdEndKind != "" && r.ColdTotal() > 0 {
+			parts = append(parts, "cold "+fmtDur(r.ColdTotal()))
+		}
+		if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 {
+			parts = append(parts, "cold TTFT "+fmtDur(q.FirstToken))
+		}
+		if d := r.Attribution.Dominant; d != "" {
+			parts = append(parts, "top stage "+string(d))
+		}
+	}
+	if d := m.st.diag; d.Dominant != "" {
+		for _, hy := range d.Hypotheses {
+			if hy.Code == d.Dominant {
+				parts = append(parts, t.render(t.warn, "diagnosis "+hy.Code+": "+hy.Title))
+			}
+		}
+	}
+	if rp := m.opts.Replay; rp != nil {
+		play := "▶"
+		if rp.Paused() {
+			play = "⏸"
+		}
+		sp := "fast"
+		if s := rp.Speed(); s > 0 {
+			sp = fmt.Sprintf("%g×", s)
+		}
+		parts = append(parts, fmt.Sprintf("replay %s %s %s / %s", play, sp, fmtDur(m.position()), fmtDur(rp.Duration())))
+	}
+	if m.paused {
+		parts = append(parts, t.render(t.warn, "DISPLAY PAUSED"))
+	}
+	l2 := strings.Join(parts, t.render(t.dim, " · "))
+	if m.status != "" {
+		l2 = spread(l2, t.render(t.accent, m.status), w)
+	}
+	return []string{l1, l2}
+}
+
+// spread puts left and right on one line of width w, right-aligned.
+func spread(left, right string, w int) string {
+	lw, rw := widthOf(left), widthOf(right)
+	if lw+rw+2 > w {
+		if rw+2 >= w {
+			return left
+		}
+		left = fit(left, w-rw-2)
+		lw = w - rw - 2
+	}
+	return left + strings.Repeat(" ", w-lw-rw) + right
+}
+
+func (m Model) footerLine(w int) string {
+	t := m.ctx.theme
+	var b strings.Builder
+	for i := range m.panes {
+		name := fmt.Sprintf("%d %s", i+1, m.pane(i).title())
+		if w < gridMinW && i != m.focus {
+			name = itoa(i + 1) // narrow: names only for the focused pane
+		}
+		if i == m.focus {
+			if t.color {
+				b.WriteString(t.render(t.borderFocus, " "+name+" "))
+			} else {
+				b.WriteString("[" + name + "]")
+			}
+		} else {
+			b.WriteString(t.render(t.dim, " "+name+" "))
+		}
+	}
+	right := m.help.ShortHelpView(m.ctx.keys.ShortHelp())
+	return spread(b.String(), right, w)
+}
+
+// position is the session offset the header shows: the live clock, else
+// the replay position (a --fast replay has no clock, so the last event),
+// else the last event.
+func (m Model) position() time.Duration {
+	switch {
+	case m.opts.Clock != nil:
+		return m.opts.Clock()
+	case m.opts.Replay != nil && m.opts.Replay.Speed() > 0:
+		return m.opts.Replay.Position()
+	}
+	return m.st.last
+}
+
+// helpLines renders the keymap's full help: all groups side by side when
+// they fit, else two groups per row.
+func (m Model) helpLines(w int) []string {
+	groups := m.ctx.keys.FullHelp()
+	if w >= gridMinW {
+		return strings.Split(m.help.FullHelpView(groups), "\n")
+	}
+	var out []string
+	for i := 0; i < len(groups); i += 2 {
+		if i > 0 {
+			out = append(out, "")
+		}
+		out = append(out, strings.Split(m.help.FullHelpView(groups[i:min(i+2, len(groups))]), "\n")...)
+	}
+	return out
+}

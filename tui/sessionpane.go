@@ -1,0 +1,59 @@
+package tui
+
+import (
+	"fmt"
+)
+
+// sessionPane (the "Session" pane) lists the session's cold runs and the
+// facts of the header.
+type sessionPane struct{}
+
+func (sessionPane) title() string { return "Session" }
+
+func (sessionPane) view(c *programContext, st *state, w, h int) []string {
+	t := c.theme
+	hd := c.header
+	var lines []string
+	host := hd.Host.Hostname
+	if host == "" {
+		host = "?"
+	}
+	lines = append(lines, fmt.Sprintf("host %s · %s/%s · %d CPUs", host, hd.Host.OS, hd.Host.Arch, hd.Host.CPUs))
+	for _, g := range hd.GPUs {
+		lines = append(lines, fmt.Sprintf("gpu%d %s %s", g.Index, g.Name, fmtBytes(float64(g.MemBytes))))
+	}
+	var wb int64
+	for _, f := range hd.ModelFiles {
+		wb += f.Bytes
+	}
+	if len(hd.ModelFiles) > 0 {
+		lines = append(lines, fmt.Sprintf("weights %d file(s), %s", len(hd.ModelFiles), fmtBytes(float64(wb))))
+	}
+	lines = append(lines, "")
+	if len(st.runs) == 0 {
+		return append(lines, t.render(t.dim, "no runs yet"))
+	}
+	hdr := padRight("run", 5) + padLeft("cold", 10) + padLeft("healthy", 10) + padLeft("reqs", 6) + "  " + padRight("top stage", 22) + " exit"
+	lines = append(lines, t.render(t.bold, hdr))
+	sel, _ := st.run(c.runSel)
+	for _, r := range st.runs {
+		healthy := "—"
+		if r.Healthy > 0 {
+			healthy = fmtDur(r.Healthy - r.Start)
+		}
+		exit := "running"
+		if r.Exit != nil {
+			exit = targetState(r, true, false)
+		}
+		mark := "  "
+		if r.Index == sel.Index {
+			mark = "▶ "
+		}
+		lines = append(lines, padRight(mark+itoa(r.Index), 5)+padLeft(fmtDur(r.ColdTotal()), 10)+padLeft(healthy, 10)+
+			padLeft(itoa(len(r.Requests)), 6)+"  "+padRight(string(r.Attribution.Dominant), 22)+" "+exit)
+	}
+	if len(st.runs) > 1 {
+		lines = append(lines, t.render(t.dim, "[ and ] choose the run the other panes show"))
+	}
+	return lines
+}
