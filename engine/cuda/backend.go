@@ -119,6 +119,9 @@ type Backend struct {
 	lmX, logitsD, meta      DevicePtr
 	metaHost, logitsHost    HostBuffer
 	hostMeta                []int32
+	rowSeq                  []int     // the step's logits rows: row j is sequence rowSeq[j]
+	sampleD                 DevicePtr // token choice arrays for capRows rows (tokens.go)
+	sampleHost              HostBuffer
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int
@@ -244,7 +247,7 @@ func (b *Backend) free() error {
 	}
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
-	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta} {
+	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD} {
 		if p != 0 {
 			keep(b.c.Free(p))
 		}
@@ -254,6 +257,9 @@ func (b *Backend) free() error {
 	}
 	if b.logitsHost.Ptr != nil {
 		keep(b.c.FreeHost(b.logitsHost))
+	}
+	if b.sampleHost.Ptr != nil {
+		keep(b.c.FreeHost(b.sampleHost))
 	}
 	if b.blas != nil {
 		keep(b.blas.Close())

@@ -12,11 +12,22 @@ import (
 // The forward pass: validate a batch, grow the step scratch, then the layer
 // loop (enqueueLayers) and the logits.
 
-// validate checks the whole batch before any device work.
-func (b *Backend) validate(bt *sched.Batch, logits [][]float32) error {
+// validateLogits checks Forward's logits rows: one per sequence, sized
+// to the vocabulary where the chunk wants logits.
+func validateLogits(bt *sched.Batch, logits [][]float32, V int) error {
 	if len(logits) < len(bt.Seqs) {
 		return fmt.Errorf("%w: %d logits rows for %d sequences", ErrBadBatch, len(logits), len(bt.Seqs))
 	}
+	for i := range bt.Seqs {
+		if s := &bt.Seqs[i]; s.WantLogits && len(logits[i]) < V {
+			return fmt.Errorf("%w: sequence %d logits row has %d entries, vocabulary has %d", ErrBadBatch, s.SeqID, len(logits[i]), V)
+		}
+	}
+	return nil
+}
+
+// validate checks the whole batch before any device work.
+func (b *Backend) validate(bt *sched.Batch) error {
 	bs, nb, V := b.opts.BlockSize, b.opts.NumBlocks, b.cfg.VocabSize
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
@@ -39,9 +50,6 @@ func (b *Backend) validate(bt *sched.Batch, logits [][]float32) error {
 			if tok < 0 || int(tok) >= V {
 				return fmt.Errorf("%w: sequence %d token %d is id %d, vocabulary has %d", ErrBadBatch, s.SeqID, j, tok, V)
 			}
-		}
-		if s.WantLogits && len(logits[i]) < V {
-			return fmt.Errorf("%w: sequence %d logits row has %d entries, vocabulary has %d", ErrBadBatch, s.SeqID, len(logits[i]), V)
 		}
 	}
 	return nil
@@ -82,25 +90,38 @@ func (b *Backend) grow(T, rows, meta int) error {
 		b.capT = T
 	}
 	if rows > b.capRows {
-		rows = max(rows, 2*b.capRows, 8)
+		// A multiple of 8 keeps the sampling arrays 8-byte aligned.
+		rows = (max(rows, 2*b.capRows, 8) + 7) &^ 7
 		b.capRows = 0
-		if b.logitsD != 0 {
-			if err := b.c.Free(b.logitsD); err != nil {
-				return err
+		for _, p := range []*DevicePtr{&b.logitsD, &b.sampleD} {
+			if *p != 0 {
+				err := b.c.Free(*p)
+				*p = 0
+				if err != nil {
+					return err
+				}
 			}
-			b.logitsD = 0
 		}
-		if b.logitsHost.Ptr != nil {
-			if err := b.c.FreeHost(b.logitsHost); err != nil {
-				return err
+		for _, h := range []*HostBuffer{&b.logitsHost, &b.sampleHost} {
+			if h.Ptr != nil {
+				err := b.c.FreeHost(*h)
+				*h = HostBuffer{}
+				if err != nil {
+					return err
+				}
 			}
-			b.logitsHost = HostBuffer{}
 		}
 		var err error
 		if b.logitsD, err = b.c.Alloc(rows * c.VocabSize * 4); err != nil {
 			return err
 		}
 		if b.logitsHost, err = b.c.HostAlloc(rows * c.VocabSize * 4); err != nil {
+			return err
+		}
+		if b.sampleD, err = b.c.Alloc(rows * sampleBytesPerRow); err != nil {
+			return err
+		}
+		if b.sampleHost, err = b.c.HostAlloc(rows * sampleBytesPerRow); err != nil {
 			return err
 		}
 		b.capRows = rows
@@ -139,15 +160,23 @@ func (b *Backend) grow(T, rows, meta int) error {
 // logits) replays a CUDA graph of the batch-size bucket at or above its
 // size, captured on the bucket's first use, unless NoGraphs is set.
 func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
+	if bt == nil {
+		return fmt.Errorf("%w: nil batch", ErrBadBatch)
+	}
+	if err := validateLogits(bt, logits, b.cfg.VocabSize); err != nil {
+		return err
+	}
+	return b.step(ctx, bt, &stepOut{logits: logits})
+}
+
+// step is Forward and ForwardTokens past their own checks.
+func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
 	}
-	if bt == nil {
-		return fmt.Errorf("%w: nil batch", ErrBadBatch)
-	}
-	if err := b.validate(bt, logits); err != nil {
+	if err := b.validate(bt); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -178,10 +207,16 @@ func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float
 		Tm, tableRows, btStride = Bk, Bk, b.graphStride
 	}
 	b.hostMeta = stepMeta(b.hostMeta, bt, bs, Tm, tableRows, btStride)
-	if Bk > 0 {
-		return b.r.Do(ctx, func() error { return b.forwardGraph(ctx, logits, B, Bk) })
+	b.rowSeq = b.rowSeq[:0]
+	for i := range bt.Seqs {
+		if bt.Seqs[i].WantLogits {
+			b.rowSeq = append(b.rowSeq, i)
+		}
 	}
-	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, logits, T, rows, btStride) })
+	if Bk > 0 {
+		return b.r.Do(ctx, func() error { return b.forwardGraph(ctx, out, b.rowSeq, Bk) })
+	}
+	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, out, b.rowSeq, T, btStride) })
 }
 
 // stepMeta lays out a step's int32 metadata in buf (reused when large
@@ -300,10 +335,14 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	return nil
 }
 
-// forward is the eager step (runner thread).
-func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float32, T, rows, btStride int) error {
+// forward is the eager step (runner thread): the layers over the step's
+// T token rows, then the LM head over the last token of each chunk that
+// wants logits (rowSeq lists those chunks in batch order), delivered by
+// emit.
+func (b *Backend) forward(ctx context.Context, bt *sched.Batch, out *stepOut, rowSeq []int, T, btStride int) error {
 	c := b.cfg
 	H, V := c.HiddenSize, c.VocabSize
+	rows := len(rowSeq)
 	if err := b.grow(T, max(rows, 1), len(b.hostMeta)); err != nil {
 		return err
 	}
@@ -337,18 +376,7 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float
 	if err := b.gemm(b.logitsD, b.lmX, b.lmHead, padRows(n, b.capRows), V, H, F32, false); err != nil {
 		return fmt.Errorf("cuda: lm_head: %w", err)
 	}
-	if err := b.fetchLogits(n); err != nil {
-		return err
-	}
-	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), n*V)
-	n = 0
-	for i := range bt.Seqs {
-		if bt.Seqs[i].WantLogits {
-			copy(logits[i][:V], host[n*V:(n+1)*V])
-			n++
-		}
-	}
-	return nil
+	return b.emit(out, rowSeq)
 }
 
 // fetchLogits copies n logits rows back and waits for the step.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-	"unsafe"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -46,12 +45,13 @@ func (b *Backend) enqueueDecode(ctx context.Context, Bk int) error {
 	return b.gemm(b.logitsD, b.h, b.lmHead, Bk, c.VocabSize, c.HiddenSize, F32, false)
 }
 
-// forwardGraph runs a decode step of B sequences through bucket Bk's graph,
-// capturing it first when the bucket is new: that step runs eagerly in the
-// graph's layout (which also builds the GEMM plans the capture needs), then
-// the same sequence is captured for the next steps (runner thread).
-func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk int) error {
-	V := b.cfg.VocabSize
+// forwardGraph runs a decode step of len(rowSeq) sequences (row i is
+// sequence i) through bucket Bk's graph, capturing it first when the
+// bucket is new: that step runs eagerly in the graph's layout (which also
+// builds the GEMM plans the capture needs), then the same sequence is
+// captured for the next steps (runner thread). The graph ends at the
+// logits; emit copies them back or chooses tokens after it.
+func (b *Backend) forwardGraph(ctx context.Context, out *stepOut, rowSeq []int, Bk int) error {
 	if err := b.grow(Bk, Bk, len(b.hostMeta)); err != nil {
 		return err
 	}
@@ -67,12 +67,8 @@ func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk in
 	} else if err := b.enqueueDecode(ctx, Bk); err != nil {
 		return err
 	}
-	if err := b.fetchLogits(B); err != nil {
+	if err := b.emit(out, rowSeq); err != nil {
 		return err
-	}
-	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), B*V)
-	for i := 0; i < B; i++ {
-		copy(logits[i][:V], host[i*V:(i+1)*V])
 	}
 	if g == nil {
 		b.capture(Bk)

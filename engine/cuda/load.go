@@ -388,7 +388,7 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) (bool, error)
 		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: toks, Blocks: blocks, WantLogits: true}}}
 		stride := (T + bs - 1) / bs
 		b.hostMeta = stepMeta(b.hostMeta, bt, bs, T, 1, stride)
-		if err := b.forward(ctx, bt, row, T, 1, stride); err != nil {
+		if err := b.forward(ctx, bt, &stepOut{logits: row}, []int{0}, T, stride); err != nil {
 			return true, fmt.Errorf("cuda: load warm-up prefill of %d tokens: %w", T, err)
 		}
 		passes++
@@ -397,7 +397,7 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) (bool, error)
 	if Bk := b.bucket(1); !b.opts.NoGraphs && !b.graphsOff && Bk > 0 && maxT >= 2 {
 		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: []int32{1}, Pos: 1, Blocks: blocks, WantLogits: true}}}
 		b.hostMeta = stepMeta(b.hostMeta, bt, bs, Bk, Bk, b.graphStride)
-		if err := b.forwardGraph(ctx, row, 1, Bk); err != nil {
+		if err := b.forwardGraph(ctx, &stepOut{logits: row}, []int{0}, Bk); err != nil {
 			return true, fmt.Errorf("cuda: load warm-up decode step: %w", err)
 		}
 		graphs = len(b.graphs)
