@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/treni-top/treni-top/engine/model"
@@ -129,6 +130,12 @@ type Backend struct {
 	graphs        map[int]*Graph
 	graphsOff     bool // a capture failed: eager steps only
 	graphLaunches int
+
+	// pending counts calls waiting for or holding mu to run device work;
+	// the background warm-up (warmup.go) runs only while it is 0.
+	pending  atomic.Int32
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
 }
 
 // NewBackend builds a CUDA backend over an opened checkpoint: it loads the
@@ -223,6 +230,7 @@ var _ sched.Backend = (*Backend)(nil)
 // Close releases the device memory, the kernels, cuBLASLt and the context,
 // and stops the runner. It is idempotent.
 func (b *Backend) Close() error {
+	b.stopBackground()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -13,6 +13,7 @@ import (
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/engine/sched"
+	"github.com/treni-top/treni-top/trace"
 )
 
 // tolLogits bounds ‖gpu−cpu‖/‖cpu‖ per logits row. The CPU backend keeps
@@ -73,6 +74,9 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 		t.Fatal(err)
 	}
 	defer ge.Close()
+	// The background warm-up runs beside the steps below, which must
+	// stay exact: its dummy rows store no K or V.
+	gb.WarmBackground(0)
 	bytes, gbps := gb.UploadStats()
 	t.Logf("UPLOAD %s-%s: %d bytes at %.2f GB/s on %s", arch, preset, bytes, gbps, gb.Device().Name)
 	for _, st := range gb.Stages() {
@@ -183,6 +187,19 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph vs eager rel_l2 %.3g, %d graph steps",
 		arch, preset, worst, tolLogits, agree, total, nearTies, worstGE, gb.GraphLaunches())
 	checkCopyBlocks(t, gb, blocksA, posA)
+	<-gb.bgDone
+	bg := false
+	for _, st := range gb.Stages() {
+		if st.Stage == trace.StageWarmup && st.Attrs["kind"] == "background" {
+			bg = true
+			if st.Attrs["error"] != nil || st.Attrs["graphs"] == 0 {
+				t.Errorf("%s-%s: background warm-up %v", arch, preset, st.Attrs)
+			}
+		}
+	}
+	if !bg {
+		t.Errorf("%s-%s: no background warmup stage", arch, preset)
+	}
 	for _, st := range gb.Stages()[4:] {
 		t.Logf("STAGE %s-%s %-22s %8.2f ms %v", arch, preset, st.Stage, float64(st.End.Sub(st.Start).Microseconds())/1000, st.Attrs)
 	}

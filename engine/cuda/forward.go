@@ -171,6 +171,8 @@ func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float
 
 // step is Forward and ForwardTokens past their own checks.
 func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error {
+	b.pending.Add(1)
+	defer b.pending.Add(-1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

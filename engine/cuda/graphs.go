@@ -79,7 +79,10 @@ func (b *Backend) forwardGraph(ctx context.Context, out *stepOut, rowSeq []int, 
 // capture records bucket Bk's decode graph. A failure turns graphs off
 // for this backend (eager steps stay correct) and is reported as a
 // graph_capture stage with the error.
-func (b *Backend) capture(Bk int) {
+func (b *Backend) capture(Bk int) { b.captureWith(Bk, nil) }
+
+// captureWith is capture with extra attributes for the stage.
+func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
 	t0 := time.Now()
 	err := b.s.BeginCapture()
 	if err == nil {
@@ -93,6 +96,9 @@ func (b *Backend) capture(Bk int) {
 		err = errors.Join(err, err2)
 	}
 	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs)}
+	for k, v := range extra {
+		attrs[k] = v
+	}
 	if err != nil {
 		b.graphsOff = true
 		attrs["error"] = err.Error()
