@@ -121,6 +121,7 @@ type Backend struct {
 	metaHost, logitsHost    HostBuffer
 	hostMeta                []int32
 	rowSeq                  []int     // the step's logits rows: row j is sequence rowSeq[j]
+	hostRows                int       // logits rows logitsHost holds
 	sampleD                 DevicePtr // token choice arrays for capRows rows (tokens.go)
 	sampleHost              HostBuffer
 

@@ -102,20 +102,15 @@ func (b *Backend) grow(T, rows, meta int) error {
 				}
 			}
 		}
-		for _, h := range []*HostBuffer{&b.logitsHost, &b.sampleHost} {
-			if h.Ptr != nil {
-				err := b.c.FreeHost(*h)
-				*h = HostBuffer{}
-				if err != nil {
-					return err
-				}
+		if b.sampleHost.Ptr != nil {
+			err := b.c.FreeHost(b.sampleHost)
+			b.sampleHost = HostBuffer{}
+			if err != nil {
+				return err
 			}
 		}
 		var err error
 		if b.logitsD, err = b.c.Alloc(rows * c.VocabSize * 4); err != nil {
-			return err
-		}
-		if b.logitsHost, err = b.c.HostAlloc(rows * c.VocabSize * 4); err != nil {
 			return err
 		}
 		if b.sampleD, err = b.c.Alloc(rows * sampleBytesPerRow); err != nil {
@@ -381,8 +376,35 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, out *stepOut, ro
 	return b.emit(out, rowSeq)
 }
 
+// hostLogits makes the pinned host buffer hold n logits rows. It is sized
+// by the rows that come back, not by the device's logits rows: with
+// device-side token choice few or none do, and each row of a Qwen3
+// vocabulary is 0.6 MB of page-locked, resident memory.
+func (b *Backend) hostLogits(n int) error {
+	if n <= b.hostRows {
+		return nil
+	}
+	if b.logitsHost.Ptr != nil {
+		err := b.c.FreeHost(b.logitsHost)
+		b.logitsHost, b.hostRows = HostBuffer{}, 0
+		if err != nil {
+			return err
+		}
+	}
+	rows := max(n, 2*b.hostRows, 4)
+	var err error
+	if b.logitsHost, err = b.c.HostAlloc(rows * b.cfg.VocabSize * 4); err != nil {
+		return fmt.Errorf("cuda: page-locked host memory for %d logits rows: %w", rows, err)
+	}
+	b.hostRows = rows
+	return nil
+}
+
 // fetchLogits copies n logits rows back and waits for the step.
 func (b *Backend) fetchLogits(n int) error {
+	if err := b.hostLogits(n); err != nil {
+		return err
+	}
 	if err := b.s.CopyDtoHAsync(b.logitsHost.Ptr, b.logitsD, n*b.cfg.VocabSize*4); err != nil {
 		return err
 	}

@@ -174,24 +174,40 @@ func (b *Backend) emit(out *stepOut, rowSeq []int) error {
 	if err := s.CopyDtoHAsync(b.sampleHost.Ptr, dOut, n*4); err != nil {
 		return err
 	}
+	// Logits rows asked for land in consecutive host rows.
+	want := 0
+	for _, i := range rowSeq {
+		if out.logitsRow(i) != nil {
+			want++
+		}
+	}
+	if err := b.hostLogits(want); err != nil {
+		return err
+	}
+	k := 0
 	for j, i := range rowSeq {
 		if out.logitsRow(i) == nil {
 			continue
 		}
-		off := j * V * 4
-		if err := s.CopyDtoHAsync(unsafe.Add(b.logitsHost.Ptr, off), b.logitsD+DevicePtr(off), V*4); err != nil {
+		if err := s.CopyDtoHAsync(unsafe.Add(b.logitsHost.Ptr, k*V*4), b.logitsD+DevicePtr(j*V*4), V*4); err != nil {
 			return err
 		}
+		k++
 	}
 	if err := s.Synchronize(); err != nil {
 		return fmt.Errorf("cuda: forward: %w", err)
 	}
 	toks := unsafe.Slice((*int32)(b.sampleHost.Ptr), n)
-	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), n*V)
+	var host []float32
+	if want > 0 {
+		host = unsafe.Slice((*float32)(b.logitsHost.Ptr), want*V)
+	}
+	k = 0
 	for j, i := range rowSeq {
 		out.tokens[i] = toks[j]
 		if row := out.logitsRow(i); row != nil {
-			copy(row[:V], host[j*V:(j+1)*V])
+			copy(row[:V], host[k*V:(k+1)*V])
+			k++
 		}
 	}
 	return nil
