@@ -191,7 +191,6 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		upDone <-chan error
 		upEnd  time.Time
 		staged stagedStats
-		regMS  float64
 	)
 	join := func() error {
 		if upDone == nil {
@@ -209,21 +208,16 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		chunks := planChunks(jobs, ring.slotBytes)
 		st.chunks = len(chunks)
 		upDone = uploadThread(b.c, func() error {
-			t := time.Now()
-			// Page-locked, the ring is copied from at full bandwidth; if
-			// the driver refuses, the copies still work (pageable).
-			st.registered = b.c.HostRegister(ring.ptr(), len(ring.mem), false) == nil
-			regMS = msSince(t)
-			if st.registered {
-				defer b.c.HostUnregister(ring.ptr())
-			}
-			dma, err := newCudaDMA(b.c, ring.slots())
+			// The ring's slots are page-locked one by one as they are
+			// first filled (cudaDMA.prepare), beside the readers.
+			dma, err := newCudaDMA(b.c, ring)
 			if err != nil {
 				return err
 			}
 			defer dma.destroy()
 			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
 			upEnd = time.Now() // the last copy is done; teardown is not upload
+			st.registered = dma.allRegistered()
 			return err
 		})
 	default:
@@ -264,7 +258,9 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		attrs["readers"] = stagingReaders(b.opts.ColdPageCache)
 		attrs["staging_bytes"] = len(ring.mem)
 		attrs["staging_alloc_ms"] = rr.ms
-		attrs["staging_register_ms"] = regMS
+		for k, v := range staged.attrs() {
+			attrs[k] = v
+		}
 	}
 	if st.fallback != "" {
 		attrs["mode"] = UploadMapped
