@@ -155,8 +155,8 @@ func newStagingRing(slots, slotBytes int) (*stagingRing, error) {
 	return &stagingRing{mem: mem, slotBytes: slotBytes}, nil
 }
 
-func (r *stagingRing) slots() int          { return len(r.mem) / r.slotBytes }
-func (r *stagingRing) slot(i int) []byte   { return r.mem[i*r.slotBytes : (i+1)*r.slotBytes] }
+func (r *stagingRing) slots() int        { return len(r.mem) / r.slotBytes }
+func (r *stagingRing) slot(i int) []byte { return r.mem[i*r.slotBytes : (i+1)*r.slotBytes] }
 
 func (r *stagingRing) unmap() error {
 	if r == nil || r.mem == nil {
