@@ -137,6 +137,8 @@ type Backend struct {
 	pending  atomic.Int32
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
+
+	prof *stepProfiler // the GPU profiling test's only (profile.go)
 }
 
 // NewBackend builds a CUDA backend over an opened checkpoint: it loads the

@@ -291,6 +291,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
 	M := padRows(T, b.capT)
+	b.prof.mark(s, "embed")
 	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
 		return err
 	}
@@ -299,7 +300,8 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return fmt.Errorf("cuda: forward at layer %d: %w", li, err)
 		}
 		l := &b.layers[li]
-		steps := []func() error{
+		names := [...]string{"rmsnorm_attn", "gemm_qkv", "qk_norm_rope_store", "attention", "gemm_o", "bias_o", "rmsnorm_mlp", "gemm_gate_up", "swiglu", "gemm_down"}
+		steps := [len(names)]func() error{
 			func() error { return k.RMSNorm(s, b.h, b.x, l.attnNorm, T, H, eps) },
 			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
 			func() error {
@@ -323,7 +325,8 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			func() error { return k.SwiGLU(s, b.act, b.gu, T, I) },
 			func() error { return b.gemm(b.x, b.act, l.down, M, H, I, F32, true) },
 		}
-		for _, f := range steps {
+		for i, f := range steps {
+			b.prof.mark(s, names[i])
 			if err := f(); err != nil {
 				return fmt.Errorf("cuda: layer %d: %w", li, err)
 			}
@@ -351,10 +354,12 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, out *stepOut, ro
 	}
 	s := b.s
 	if rows == 0 {
+		b.prof.end(s)
 		return s.Synchronize()
 	}
 	// Final norm over every row (cheap), then gather the rows that want
 	// logits and run the LM head on them only.
+	b.prof.mark(s, "final_norm_lm_head")
 	if err := b.k.RMSNorm(s, b.h, b.x, b.finalNorm, T, H, float32(c.RMSNormEps)); err != nil {
 		return err
 	}

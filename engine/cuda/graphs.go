@@ -83,6 +83,9 @@ func (b *Backend) capture(Bk int) { b.captureWith(Bk, nil) }
 
 // captureWith is capture with extra attributes for the stage.
 func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
+	prof := b.prof
+	b.prof = nil // no timing events inside a graph
+	defer func() { b.prof = prof }()
 	t0 := time.Now()
 	err := b.s.BeginCapture()
 	if err == nil {

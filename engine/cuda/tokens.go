@@ -143,6 +143,8 @@ func (b *Backend) emit(out *stepOut, rowSeq []int) error {
 	V := b.cfg.VocabSize
 	n := len(rowSeq)
 	s := b.s
+	b.prof.mark(s, "logits_or_tokens_to_host")
+	defer b.prof.end(s)
 	if out.choice == nil {
 		if err := b.fetchLogits(n); err != nil {
 			return err
