@@ -254,18 +254,24 @@ func (b *Backend) upMeta() error {
 }
 
 // padRows is the row count a GEMM over n rows runs with: n itself up to 4
-// (decode steps, graph buckets 1, 2, 4), else the next power of two, at
-// most the scratch capacity. cuBLASLt picks (and lazily loads) a kernel per
-// shape, and a first request of an unseen length paid that on its critical
-// path (tens of ms on the H100); with padding, the shapes are the handful
-// the load warm-up runs. The extra rows compute on stale scratch and are
-// never read: every kernel after a GEMM works on the step's n rows, and
-// the next step's embedding rewrites the residual rows it uses. A GEMM at
-// these sizes streams the weights once however many rows it has, so the
-// padding costs no measurable time.
+// (decode steps, graph buckets 1, 2, 4), the next power of two up to 256,
+// then the next multiple of 64; never past the scratch capacity.
+// cuBLASLt picks (and lazily loads) a kernel per shape, and a first
+// request of an unseen length paid that on its critical path (tens of ms
+// on the H100); with padding, the shapes are a handful the warm-up runs.
+// Above 256 rows a GEMM is compute-bound, and a power of two wasted up to
+// half of it (a 256-token prefill chunk beside 63 decoding sequences ran
+// as 512 rows: 2.7 ms of 5.8 in the gate/up GEMM alone, H100 profile of
+// 2026-11-25), so steps that large pad to 64 only. The extra rows compute
+// on stale scratch and are never read: every kernel after a GEMM works on
+// the step's n rows, and the next step's embedding rewrites the residual
+// rows it uses.
 func padRows(n, capacity int) int {
 	if n <= 4 {
 		return n
+	}
+	if n > 256 {
+		return max(n, min((n+63)&^63, capacity))
 	}
 	p := 8
 	for p < n {
