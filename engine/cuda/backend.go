@@ -46,9 +46,9 @@ type BackendOptions struct {
 	// reads with fewer streams, as storage prefers.
 	ColdPageCache bool
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
-	// (eager prefill passes that build the cuBLASLt plans and load their
-	// kernels, and the batch-1 decode graph's capture); those costs then
-	// fall on the first request.
+	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
+	// and its graph's capture; see warmup.go); those costs then fall on
+	// the first request.
 	NoLoadWarmup bool
 	// Stage, when set, is called with each cold stage of NewBackend as it
 	// ends (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc), and
