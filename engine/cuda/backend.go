@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/treni-top/treni-top/engine/model"
@@ -45,9 +46,9 @@ type BackendOptions struct {
 	// reads with fewer streams, as storage prefers.
 	ColdPageCache bool
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
-	// (eager prefill passes that build the cuBLASLt plans and load their
-	// kernels, and the batch-1 decode graph's capture); those costs then
-	// fall on the first request.
+	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
+	// and its graph's capture; see warmup.go); those costs then fall on
+	// the first request.
 	NoLoadWarmup bool
 	// Stage, when set, is called with each cold stage of NewBackend as it
 	// ends (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc), and
@@ -119,6 +120,10 @@ type Backend struct {
 	lmX, logitsD, meta      DevicePtr
 	metaHost, logitsHost    HostBuffer
 	hostMeta                []int32
+	rowSeq                  []int     // the step's logits rows: row j is sequence rowSeq[j]
+	hostRows                int       // logits rows logitsHost holds
+	sampleD                 DevicePtr // token choice arrays for capRows rows (tokens.go)
+	sampleHost              HostBuffer
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int
@@ -126,6 +131,14 @@ type Backend struct {
 	graphs        map[int]*Graph
 	graphsOff     bool // a capture failed: eager steps only
 	graphLaunches int
+
+	// pending counts calls waiting for or holding mu to run device work;
+	// the background warm-up (warmup.go) runs only while it is 0.
+	pending  atomic.Int32
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+
+	prof *stepProfiler // the GPU profiling test's only (profile.go)
 }
 
 // NewBackend builds a CUDA backend over an opened checkpoint: it loads the
@@ -220,6 +233,7 @@ var _ sched.Backend = (*Backend)(nil)
 // Close releases the device memory, the kernels, cuBLASLt and the context,
 // and stops the runner. It is idempotent.
 func (b *Backend) Close() error {
+	b.stopBackground()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -244,7 +258,7 @@ func (b *Backend) free() error {
 	}
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
-	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta} {
+	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD} {
 		if p != 0 {
 			keep(b.c.Free(p))
 		}
@@ -254,6 +268,9 @@ func (b *Backend) free() error {
 	}
 	if b.logitsHost.Ptr != nil {
 		keep(b.c.FreeHost(b.logitsHost))
+	}
+	if b.sampleHost.Ptr != nil {
+		keep(b.c.FreeHost(b.sampleHost))
 	}
 	if b.blas != nil {
 		keep(b.blas.Close())

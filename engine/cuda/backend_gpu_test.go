@@ -13,6 +13,7 @@ import (
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/engine/sched"
+	"github.com/treni-top/treni-top/trace"
 )
 
 // tolLogits bounds ‖gpu−cpu‖/‖cpu‖ per logits row. The CPU backend keeps
@@ -73,6 +74,9 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 		t.Fatal(err)
 	}
 	defer ge.Close()
+	// The background warm-up runs beside the steps below, which must
+	// stay exact: its dummy rows store no K or V.
+	gb.WarmBackground(0)
 	bytes, gbps := gb.UploadStats()
 	t.Logf("UPLOAD %s-%s: %d bytes at %.2f GB/s on %s", arch, preset, bytes, gbps, gb.Device().Name)
 	for _, st := range gb.Stages() {
@@ -137,6 +141,11 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 		if err := ge.Forward(ctx, bt, logE); err != nil {
 			t.Fatal(err)
 		}
+		// The same step again through ForwardTokens (K and V are stored
+		// again with the same values): the tokens chosen on the device
+		// must be those of the logits it returns.
+		checkTokens(t, gb, bt, logG, step)
+		checkTokens(t, ge, bt, logE, step)
 		for i, sq := range bt.Seqs {
 			if !sq.WantLogits {
 				continue
@@ -177,6 +186,20 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	}
 	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph vs eager rel_l2 %.3g, %d graph steps",
 		arch, preset, worst, tolLogits, agree, total, nearTies, worstGE, gb.GraphLaunches())
+	checkCopyBlocks(t, gb, blocksA, posA)
+	<-gb.bgDone
+	bg := false
+	for _, st := range gb.Stages() {
+		if st.Stage == trace.StageWarmup && st.Attrs["kind"] == "background" {
+			bg = true
+			if st.Attrs["error"] != nil || st.Attrs["graphs"] == 0 {
+				t.Errorf("%s-%s: background warm-up %v", arch, preset, st.Attrs)
+			}
+		}
+	}
+	if !bg {
+		t.Errorf("%s-%s: no background warmup stage", arch, preset)
+	}
 	for _, st := range gb.Stages()[4:] {
 		t.Logf("STAGE %s-%s %-22s %8.2f ms %v", arch, preset, st.Stage, float64(st.End.Sub(st.Start).Microseconds())/1000, st.Attrs)
 	}
@@ -234,4 +257,122 @@ func norm(v []float32) float64 {
 		s += float64(x) * float64(x)
 	}
 	return math.Sqrt(s)
+}
+
+// checkTokens reruns step bt through be.ForwardTokens twice, greedy and
+// sampled (temperature 0.8, top-k 5, per-row seeds), asking for every
+// wanted row's logits: the greedy token must be the argmax of the row
+// returned, which must match want (Forward's logits of the same step) —
+// exactly on an eager backend, within graph-vs-eager rounding on a graph
+// one, whose first bucket step runs eagerly and later ones replay; the
+// sampled token must lie in the row's top 5, and a rerun with the same
+// seed and step must draw the same one.
+func checkTokens(t *testing.T, be *Backend, bt *sched.Batch, want [][]float32, step int) {
+	t.Helper()
+	ctx := context.Background()
+	V := be.VocabSize()
+	n := len(bt.Seqs)
+	greedy := make([]sched.TokenChoice, n)
+	sampled := make([]sched.TokenChoice, n)
+	for i := range sampled {
+		sampled[i] = sched.TokenChoice{Temperature: 0.8, TopK: 5, Seed: uint64(42 + i), Step: uint64(step)}
+	}
+	rows := make([][]float32, n)
+	for i, sq := range bt.Seqs {
+		if sq.WantLogits {
+			rows[i] = make([]float32, V)
+			for j := range rows[i] {
+				rows[i][j] = float32(math.NaN())
+			}
+		}
+	}
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = -7 // poison: a wanted row must be written
+	}
+	if err := be.ForwardTokens(ctx, bt, greedy, toks, rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, sq := range bt.Seqs {
+		if !sq.WantLogits {
+			if toks[i] != -7 {
+				t.Errorf("step %d seq %d: token %d written for a chunk that wants none", step, sq.SeqID, toks[i])
+			}
+			continue
+		}
+		if got := argmax(rows[i]); toks[i] != got {
+			t.Errorf("step %d seq %d: device greedy token %d, argmax of the returned row %d", step, sq.SeqID, toks[i], got)
+		}
+		w := make([]float64, V)
+		for j, v := range want[i] {
+			w[j] = float64(v)
+		}
+		s := compare(rows[i], w)
+		tol := 1e-2
+		if be.opts.NoGraphs {
+			tol = 0
+		}
+		if s.nan > 0 || s.relL2 > tol {
+			t.Errorf("step %d seq %d: ForwardTokens logits vs Forward: %d NaN, rel_l2 %.3g > %g", step, sq.SeqID, s.nan, s.relL2, tol)
+		}
+	}
+	// Sampled, twice, logits for the first sequence only.
+	var first []int32
+	for rep := 0; rep < 2; rep++ {
+		toks2 := make([]int32, n)
+		if err := be.ForwardTokens(ctx, bt, sampled, toks2, rows[:1]); err != nil {
+			t.Fatal(err)
+		}
+		for i, sq := range bt.Seqs {
+			if sq.WantLogits && !allowed(rows[i], 0.8, 5, 1)[int(toks2[i])] {
+				t.Errorf("step %d seq %d: sampled token %d is not in the top 5", step, sq.SeqID, toks2[i])
+			}
+		}
+		if rep == 0 {
+			first = toks2
+		} else {
+			for i, sq := range bt.Seqs {
+				if sq.WantLogits && first[i] != toks2[i] {
+					t.Errorf("step %d seq %d: same seed and step drew %d then %d", step, sq.SeqID, first[i], toks2[i])
+				}
+			}
+		}
+	}
+}
+
+// checkCopyBlocks copies sequence A's blocks (positions [0, pos)) to
+// unused blocks and decodes the same token at pos through both tables in
+// one step: the two rows must agree (same K/V history, same arithmetic),
+// and a copy with a block outside the pool must be refused.
+func checkCopyBlocks(t *testing.T, be *Backend, blocksA []int32, pos int) {
+	t.Helper()
+	ctx := context.Background()
+	bs := be.BlockSize()
+	used := (pos + bs) / bs // blocks holding [0, pos]
+	dst := []int32{41, 42, 43, 44, 45, 46}[:used]
+	if err := be.CopyBlocks(ctx, blocksA[:used], dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.CopyBlocks(ctx, []int32{0}, []int32{int32(be.NumBlocks())}); !errors.Is(err, ErrBadBatch) {
+		t.Errorf("copy to a block past the pool: got %v, want ErrBadBatch", err)
+	}
+	V := be.VocabSize()
+	rows := [][]float32{make([]float32, V), make([]float32, V)}
+	toks := make([]int32, 2)
+	bt := &sched.Batch{Seqs: []sched.SeqChunk{
+		{SeqID: 1, Tokens: []int32{5}, Pos: pos, Blocks: blocksA, WantLogits: true},
+		{SeqID: 9, Tokens: []int32{5}, Pos: pos, Blocks: dst, WantLogits: true},
+	}}
+	if err := be.ForwardTokens(ctx, bt, make([]sched.TokenChoice, 2), toks, rows); err != nil {
+		t.Fatal(err)
+	}
+	r64 := make([]float64, V)
+	for j, v := range rows[0] {
+		r64[j] = float64(v)
+	}
+	s := compare(rows[1], r64)
+	if s.nan > 0 || s.relL2 > 1e-6 || toks[0] != toks[1] {
+		t.Errorf("decode through copied blocks: rel_l2 %.3g vs the original, tokens %d and %d", s.relL2, toks[0], toks[1])
+	}
+	t.Logf("COPYBLOCKS %d blocks copied; decode through the copy vs the original: rel_l2 %.3g, tokens %d %d", used, s.relL2, toks[0], toks[1])
 }

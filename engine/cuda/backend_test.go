@@ -98,7 +98,7 @@ func TestNewBackendWithoutGPU(t *testing.T) {
 func TestPadRows(t *testing.T) {
 	for _, c := range []struct{ n, capacity, want int }{
 		{1, 256, 1}, {3, 256, 3}, {4, 256, 4}, {5, 256, 8}, {8, 256, 8}, {52, 256, 64},
-		{129, 256, 256}, {200, 220, 220}, {300, 256, 300},
+		{129, 256, 256}, {200, 220, 220}, {300, 256, 300}, {300, 1024, 320}, {319, 1024, 320}, {321, 1024, 384}, {512, 1024, 512}, {1000, 1010, 1010},
 	} {
 		if got := padRows(c.n, c.capacity); got != c.want {
 			t.Errorf("padRows(%d, %d) = %d, want %d", c.n, c.capacity, got, c.want)

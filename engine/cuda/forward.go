@@ -12,11 +12,22 @@ import (
 // The forward pass: validate a batch, grow the step scratch, then the layer
 // loop (enqueueLayers) and the logits.
 
-// validate checks the whole batch before any device work.
-func (b *Backend) validate(bt *sched.Batch, logits [][]float32) error {
+// validateLogits checks Forward's logits rows: one per sequence, sized
+// to the vocabulary where the chunk wants logits.
+func validateLogits(bt *sched.Batch, logits [][]float32, V int) error {
 	if len(logits) < len(bt.Seqs) {
 		return fmt.Errorf("%w: %d logits rows for %d sequences", ErrBadBatch, len(logits), len(bt.Seqs))
 	}
+	for i := range bt.Seqs {
+		if s := &bt.Seqs[i]; s.WantLogits && len(logits[i]) < V {
+			return fmt.Errorf("%w: sequence %d logits row has %d entries, vocabulary has %d", ErrBadBatch, s.SeqID, len(logits[i]), V)
+		}
+	}
+	return nil
+}
+
+// validate checks the whole batch before any device work.
+func (b *Backend) validate(bt *sched.Batch) error {
 	bs, nb, V := b.opts.BlockSize, b.opts.NumBlocks, b.cfg.VocabSize
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
@@ -39,9 +50,6 @@ func (b *Backend) validate(bt *sched.Batch, logits [][]float32) error {
 			if tok < 0 || int(tok) >= V {
 				return fmt.Errorf("%w: sequence %d token %d is id %d, vocabulary has %d", ErrBadBatch, s.SeqID, j, tok, V)
 			}
-		}
-		if s.WantLogits && len(logits[i]) < V {
-			return fmt.Errorf("%w: sequence %d logits row has %d entries, vocabulary has %d", ErrBadBatch, s.SeqID, len(logits[i]), V)
 		}
 	}
 	return nil
@@ -82,25 +90,33 @@ func (b *Backend) grow(T, rows, meta int) error {
 		b.capT = T
 	}
 	if rows > b.capRows {
-		rows = max(rows, 2*b.capRows, 8)
+		// A multiple of 8 keeps the sampling arrays 8-byte aligned.
+		rows = (max(rows, 2*b.capRows, 8) + 7) &^ 7
 		b.capRows = 0
-		if b.logitsD != 0 {
-			if err := b.c.Free(b.logitsD); err != nil {
-				return err
+		for _, p := range []*DevicePtr{&b.logitsD, &b.sampleD} {
+			if *p != 0 {
+				err := b.c.Free(*p)
+				*p = 0
+				if err != nil {
+					return err
+				}
 			}
-			b.logitsD = 0
 		}
-		if b.logitsHost.Ptr != nil {
-			if err := b.c.FreeHost(b.logitsHost); err != nil {
+		if b.sampleHost.Ptr != nil {
+			err := b.c.FreeHost(b.sampleHost)
+			b.sampleHost = HostBuffer{}
+			if err != nil {
 				return err
 			}
-			b.logitsHost = HostBuffer{}
 		}
 		var err error
 		if b.logitsD, err = b.c.Alloc(rows * c.VocabSize * 4); err != nil {
 			return err
 		}
-		if b.logitsHost, err = b.c.HostAlloc(rows * c.VocabSize * 4); err != nil {
+		if b.sampleD, err = b.c.Alloc(rows * sampleBytesPerRow); err != nil {
+			return err
+		}
+		if b.sampleHost, err = b.c.HostAlloc(rows * sampleBytesPerRow); err != nil {
 			return err
 		}
 		b.capRows = rows
@@ -139,15 +155,25 @@ func (b *Backend) grow(T, rows, meta int) error {
 // logits) replays a CUDA graph of the batch-size bucket at or above its
 // size, captured on the bucket's first use, unless NoGraphs is set.
 func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
+	if bt == nil {
+		return fmt.Errorf("%w: nil batch", ErrBadBatch)
+	}
+	if err := validateLogits(bt, logits, b.cfg.VocabSize); err != nil {
+		return err
+	}
+	return b.step(ctx, bt, &stepOut{logits: logits})
+}
+
+// step is Forward and ForwardTokens past their own checks.
+func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error {
+	b.pending.Add(1)
+	defer b.pending.Add(-1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
 	}
-	if bt == nil {
-		return fmt.Errorf("%w: nil batch", ErrBadBatch)
-	}
-	if err := b.validate(bt, logits); err != nil {
+	if err := b.validate(bt); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -178,10 +204,16 @@ func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float
 		Tm, tableRows, btStride = Bk, Bk, b.graphStride
 	}
 	b.hostMeta = stepMeta(b.hostMeta, bt, bs, Tm, tableRows, btStride)
-	if Bk > 0 {
-		return b.r.Do(ctx, func() error { return b.forwardGraph(ctx, logits, B, Bk) })
+	b.rowSeq = b.rowSeq[:0]
+	for i := range bt.Seqs {
+		if bt.Seqs[i].WantLogits {
+			b.rowSeq = append(b.rowSeq, i)
+		}
 	}
-	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, logits, T, rows, btStride) })
+	if Bk > 0 {
+		return b.r.Do(ctx, func() error { return b.forwardGraph(ctx, out, b.rowSeq, Bk) })
+	}
+	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, out, b.rowSeq, T, btStride) })
 }
 
 // stepMeta lays out a step's int32 metadata in buf (reused when large
@@ -222,18 +254,24 @@ func (b *Backend) upMeta() error {
 }
 
 // padRows is the row count a GEMM over n rows runs with: n itself up to 4
-// (decode steps, graph buckets 1, 2, 4), else the next power of two, at
-// most the scratch capacity. cuBLASLt picks (and lazily loads) a kernel per
-// shape, and a first request of an unseen length paid that on its critical
-// path (tens of ms on the H100); with padding, the shapes are the handful
-// the load warm-up runs. The extra rows compute on stale scratch and are
-// never read: every kernel after a GEMM works on the step's n rows, and
-// the next step's embedding rewrites the residual rows it uses. A GEMM at
-// these sizes streams the weights once however many rows it has, so the
-// padding costs no measurable time.
+// (decode steps, graph buckets 1, 2, 4), the next power of two up to 256,
+// then the next multiple of 64; never past the scratch capacity.
+// cuBLASLt picks (and lazily loads) a kernel per shape, and a first
+// request of an unseen length paid that on its critical path (tens of ms
+// on the H100); with padding, the shapes are a handful the warm-up runs.
+// Above 256 rows a GEMM is compute-bound, and a power of two wasted up to
+// half of it (a 256-token prefill chunk beside 63 decoding sequences ran
+// as 512 rows: 2.7 ms of 5.8 in the gate/up GEMM alone, H100 profile of
+// 2026-11-25), so steps that large pad to 64 only. The extra rows compute
+// on stale scratch and are never read: every kernel after a GEMM works on
+// the step's n rows, and the next step's embedding rewrites the residual
+// rows it uses.
 func padRows(n, capacity int) int {
 	if n <= 4 {
 		return n
+	}
+	if n > 256 {
+		return max(n, min((n+63)&^63, capacity))
 	}
 	p := 8
 	for p < n {
@@ -259,6 +297,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
 	M := padRows(T, b.capT)
+	b.prof.mark(s, "embed")
 	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
 		return err
 	}
@@ -267,7 +306,8 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return fmt.Errorf("cuda: forward at layer %d: %w", li, err)
 		}
 		l := &b.layers[li]
-		steps := []func() error{
+		names := [...]string{"rmsnorm_attn", "gemm_qkv", "qk_norm_rope_store", "attention", "gemm_o", "bias_o", "rmsnorm_mlp", "gemm_gate_up", "swiglu", "gemm_down"}
+		steps := [len(names)]func() error{
 			func() error { return k.RMSNorm(s, b.h, b.x, l.attnNorm, T, H, eps) },
 			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
 			func() error {
@@ -291,7 +331,8 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			func() error { return k.SwiGLU(s, b.act, b.gu, T, I) },
 			func() error { return b.gemm(b.x, b.act, l.down, M, H, I, F32, true) },
 		}
-		for _, f := range steps {
+		for i, f := range steps {
+			b.prof.mark(s, names[i])
 			if err := f(); err != nil {
 				return fmt.Errorf("cuda: layer %d: %w", li, err)
 			}
@@ -300,10 +341,14 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	return nil
 }
 
-// forward is the eager step (runner thread).
-func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float32, T, rows, btStride int) error {
+// forward is the eager step (runner thread): the layers over the step's
+// T token rows, then the LM head over the last token of each chunk that
+// wants logits (rowSeq lists those chunks in batch order), delivered by
+// emit.
+func (b *Backend) forward(ctx context.Context, bt *sched.Batch, out *stepOut, rowSeq []int, T, btStride int) error {
 	c := b.cfg
 	H, V := c.HiddenSize, c.VocabSize
+	rows := len(rowSeq)
 	if err := b.grow(T, max(rows, 1), len(b.hostMeta)); err != nil {
 		return err
 	}
@@ -315,10 +360,12 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float
 	}
 	s := b.s
 	if rows == 0 {
+		b.prof.end(s)
 		return s.Synchronize()
 	}
 	// Final norm over every row (cheap), then gather the rows that want
 	// logits and run the LM head on them only.
+	b.prof.mark(s, "final_norm_lm_head")
 	if err := b.k.RMSNorm(s, b.h, b.x, b.finalNorm, T, H, float32(c.RMSNormEps)); err != nil {
 		return err
 	}
@@ -337,22 +384,38 @@ func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float
 	if err := b.gemm(b.logitsD, b.lmX, b.lmHead, padRows(n, b.capRows), V, H, F32, false); err != nil {
 		return fmt.Errorf("cuda: lm_head: %w", err)
 	}
-	if err := b.fetchLogits(n); err != nil {
-		return err
+	return b.emit(out, rowSeq)
+}
+
+// hostLogits makes the pinned host buffer hold n logits rows. It is sized
+// by the rows that come back, not by the device's logits rows: with
+// device-side token choice few or none do, and each row of a Qwen3
+// vocabulary is 0.6 MB of page-locked, resident memory.
+func (b *Backend) hostLogits(n int) error {
+	if n <= b.hostRows {
+		return nil
 	}
-	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), n*V)
-	n = 0
-	for i := range bt.Seqs {
-		if bt.Seqs[i].WantLogits {
-			copy(logits[i][:V], host[n*V:(n+1)*V])
-			n++
+	if b.logitsHost.Ptr != nil {
+		err := b.c.FreeHost(b.logitsHost)
+		b.logitsHost, b.hostRows = HostBuffer{}, 0
+		if err != nil {
+			return err
 		}
 	}
+	rows := max(n, 2*b.hostRows, 4)
+	var err error
+	if b.logitsHost, err = b.c.HostAlloc(rows * b.cfg.VocabSize * 4); err != nil {
+		return fmt.Errorf("cuda: page-locked host memory for %d logits rows: %w", rows, err)
+	}
+	b.hostRows = rows
 	return nil
 }
 
 // fetchLogits copies n logits rows back and waits for the step.
 func (b *Backend) fetchLogits(n int) error {
+	if err := b.hostLogits(n); err != nil {
+		return err
+	}
 	if err := b.s.CopyDtoHAsync(b.logitsHost.Ptr, b.logitsD, n*b.cfg.VocabSize*4); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-	"unsafe"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -46,12 +45,13 @@ func (b *Backend) enqueueDecode(ctx context.Context, Bk int) error {
 	return b.gemm(b.logitsD, b.h, b.lmHead, Bk, c.VocabSize, c.HiddenSize, F32, false)
 }
 
-// forwardGraph runs a decode step of B sequences through bucket Bk's graph,
-// capturing it first when the bucket is new: that step runs eagerly in the
-// graph's layout (which also builds the GEMM plans the capture needs), then
-// the same sequence is captured for the next steps (runner thread).
-func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk int) error {
-	V := b.cfg.VocabSize
+// forwardGraph runs a decode step of len(rowSeq) sequences (row i is
+// sequence i) through bucket Bk's graph, capturing it first when the
+// bucket is new: that step runs eagerly in the graph's layout (which also
+// builds the GEMM plans the capture needs), then the same sequence is
+// captured for the next steps (runner thread). The graph ends at the
+// logits; emit copies them back or chooses tokens after it.
+func (b *Backend) forwardGraph(ctx context.Context, out *stepOut, rowSeq []int, Bk int) error {
 	if err := b.grow(Bk, Bk, len(b.hostMeta)); err != nil {
 		return err
 	}
@@ -67,12 +67,8 @@ func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk in
 	} else if err := b.enqueueDecode(ctx, Bk); err != nil {
 		return err
 	}
-	if err := b.fetchLogits(B); err != nil {
+	if err := b.emit(out, rowSeq); err != nil {
 		return err
-	}
-	host := unsafe.Slice((*float32)(b.logitsHost.Ptr), B*V)
-	for i := 0; i < B; i++ {
-		copy(logits[i][:V], host[i*V:(i+1)*V])
 	}
 	if g == nil {
 		b.capture(Bk)
@@ -83,7 +79,13 @@ func (b *Backend) forwardGraph(ctx context.Context, logits [][]float32, B, Bk in
 // capture records bucket Bk's decode graph. A failure turns graphs off
 // for this backend (eager steps stay correct) and is reported as a
 // graph_capture stage with the error.
-func (b *Backend) capture(Bk int) {
+func (b *Backend) capture(Bk int) { b.captureWith(Bk, nil) }
+
+// captureWith is capture with extra attributes for the stage.
+func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
+	prof := b.prof
+	b.prof = nil // no timing events inside a graph
+	defer func() { b.prof = prof }()
 	t0 := time.Now()
 	err := b.s.BeginCapture()
 	if err == nil {
@@ -97,6 +99,9 @@ func (b *Backend) capture(Bk int) {
 		err = errors.Join(err, err2)
 	}
 	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs)}
+	for k, v := range extra {
+		attrs[k] = v
+	}
 	if err != nil {
 		b.graphsOff = true
 		attrs["error"] = err.Error()

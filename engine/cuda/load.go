@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/engine/model"
-	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -192,7 +191,6 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		upDone <-chan error
 		upEnd  time.Time
 		staged stagedStats
-		regMS  float64
 	)
 	join := func() error {
 		if upDone == nil {
@@ -210,21 +208,16 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		chunks := planChunks(jobs, ring.slotBytes)
 		st.chunks = len(chunks)
 		upDone = uploadThread(b.c, func() error {
-			t := time.Now()
-			// Page-locked, the ring is copied from at full bandwidth; if
-			// the driver refuses, the copies still work (pageable).
-			st.registered = b.c.HostRegister(ring.ptr(), len(ring.mem), false) == nil
-			regMS = msSince(t)
-			if st.registered {
-				defer b.c.HostUnregister(ring.ptr())
-			}
-			dma, err := newCudaDMA(b.c, ring.slots())
+			// The ring's slots are page-locked one by one as they are
+			// first filled (cudaDMA.prepare), beside the readers.
+			dma, err := newCudaDMA(b.c, ring)
 			if err != nil {
 				return err
 			}
 			defer dma.destroy()
 			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
 			upEnd = time.Now() // the last copy is done; teardown is not upload
+			st.registered = dma.allRegistered()
 			return err
 		})
 	default:
@@ -248,9 +241,8 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	if err == nil {
 		err = b.allocKV()
 	}
-	warmed := false
 	if err == nil && !b.opts.NoLoadWarmup {
-		warmed, err = b.loadWarmup(context.Background(), overlapped)
+		err = b.loadWarmup(context.Background(), overlapped)
 	}
 	if upErr := join(); upErr != nil || err != nil {
 		return errors.Join(err, upErr)
@@ -266,21 +258,15 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		attrs["readers"] = stagingReaders(b.opts.ColdPageCache)
 		attrs["staging_bytes"] = len(ring.mem)
 		attrs["staging_alloc_ms"] = rr.ms
-		attrs["staging_register_ms"] = regMS
+		for k, v := range staged.attrs() {
+			attrs[k] = v
+		}
 	}
 	if st.fallback != "" {
 		attrs["mode"] = UploadMapped
 		attrs["fallback"] = st.fallback
 	}
 	b.stageSpan(trace.StageDecoderTensorUpload, t0, upEnd, attrs)
-	if warmed {
-		// The warm-up wrote K and V of dummy tokens: zero the pool again
-		// (graph padding rows attend to block 0 and must read finite
-		// values).
-		if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {
-			return err
-		}
-	}
 	// The upload streams are done; make that visible to the compute
 	// stream too.
 	return b.c.Synchronize()
@@ -335,74 +321,4 @@ func (b *Backend) allocKV() error {
 	}
 	b.stage(trace.StageKVAlloc, t0, trace.Attrs{"blocks": b.opts.NumBlocks, "block_size": b.opts.BlockSize, "bytes": b.kvBytes})
 	return nil
-}
-
-// warmupPrefill are the step sizes the load warm-up runs once each: the
-// GEMM row counts padRows produces from 8 to 256 (the decode graph adds 1;
-// 2 and 4, the next graph buckets, were left out after measuring: their 8
-// extra plans lengthened the warm-up past the 0.6B-shaped upload by 50 ms).
-// cuBLASLt chooses and lazily loads a kernel per shape; after the warm-up a
-// step of any length up to 256 finds its plans built and kernels loaded.
-// The first is also the scratch size set aside for prefill chunks.
-var warmupPrefill = [...]int{256, 128, 64, 32, 16, 8}
-
-// loadWarmup runs dummy eager prefills of warmupPrefill lengths and one
-// batch-1 decode step, capturing its graph, while the weights are still
-// uploading: the weights read are partly stale, which does not matter for
-// what is being warmed (plans, lazily loaded kernels, scratch buffers, the
-// graph's recording). It reports whether it ran; the caller re-zeroes the
-// KV pool afterwards.
-func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) (bool, error) {
-	c := b.cfg
-	bs := b.opts.BlockSize
-	maxT := min(warmupPrefill[0], b.opts.NumBlocks*bs-1)
-	if maxT < 1 {
-		return false, nil
-	}
-	t0 := time.Now()
-	// Size the scratch for the largest warm-up prefill and the metadata
-	// of the largest graph bucket, so that the first requests neither
-	// allocate nor drop a captured graph.
-	meta := 4*maxT + (maxT+bs-1)/bs
-	if !b.opts.NoGraphs && len(b.buckets) > 0 {
-		Bk := b.buckets[len(b.buckets)-1]
-		meta = max(meta, 4*Bk+Bk*b.graphStride)
-	}
-	if err := b.grow(maxT, 8, meta); err != nil {
-		return false, err
-	}
-	blocks := make([]int32, (maxT+bs)/bs)
-	for i := range blocks {
-		blocks[i] = int32(i)
-	}
-	row := [][]float32{make([]float32, c.VocabSize)}
-	passes := 0
-	for _, T := range warmupPrefill {
-		if T > maxT {
-			continue
-		}
-		toks := make([]int32, T)
-		for i := range toks {
-			toks[i] = int32(i % c.VocabSize)
-		}
-		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: toks, Blocks: blocks, WantLogits: true}}}
-		stride := (T + bs - 1) / bs
-		b.hostMeta = stepMeta(b.hostMeta, bt, bs, T, 1, stride)
-		if err := b.forward(ctx, bt, row, T, 1, stride); err != nil {
-			return true, fmt.Errorf("cuda: load warm-up prefill of %d tokens: %w", T, err)
-		}
-		passes++
-	}
-	graphs := 0
-	if Bk := b.bucket(1); !b.opts.NoGraphs && !b.graphsOff && Bk > 0 && maxT >= 2 {
-		bt := &sched.Batch{Seqs: []sched.SeqChunk{{Tokens: []int32{1}, Pos: 1, Blocks: blocks, WantLogits: true}}}
-		b.hostMeta = stepMeta(b.hostMeta, bt, bs, Bk, Bk, b.graphStride)
-		if err := b.forwardGraph(ctx, row, 1, Bk); err != nil {
-			return true, fmt.Errorf("cuda: load warm-up decode step: %w", err)
-		}
-		graphs = len(b.graphs)
-	}
-	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "prefill_passes": passes, "gemm_plans": b.blas.Plans(),
-		"graphs": graphs, "concurrent_with_upload": overlapped})
-	return true, nil
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/treni-top/treni-top/engine/sched"
 )
 
 const manifestFix = "run make kernels on a machine with nvcc (or scripts/gpu-cuda-check.sh on the GPU machine) and commit kernels.fatbin and manifest.json"
@@ -97,13 +99,14 @@ func TestGemmLayouts(t *testing.T) {
 }
 
 func TestSampleUniformIsStable(t *testing.T) {
-	// Pinned values: the device's splitmix64 must produce the same stream.
-	a, b := SampleUniform(42, 0), SampleUniform(42, 1)
+	// Pinned values: sample_f32's splitmix64 must produce the stream the
+	// host sampler draws (engine/sched/rng.go).
+	a, b := sched.SampleUniform(42, 0), sched.SampleUniform(42, 1)
 	if a == b || a < 0 || a >= 1 || b < 0 || b >= 1 {
 		t.Fatal(a, b)
 	}
-	if splitmix64(0) != 0xe220a8397b1dcdaf {
-		t.Fatalf("splitmix64(0) = %#x", splitmix64(0))
+	if sched.SplitMix64(0) != 0xe220a8397b1dcdaf {
+		t.Fatalf("SplitMix64(0) = %#x", sched.SplitMix64(0))
 	}
 }
 

@@ -19,7 +19,7 @@ const (
 	rowThreads    = 256  // norms, embedding, SwiGLU, bias add
 	ropeThreads   = 128  // qk_norm_rope_store: up to 2 rotary pairs per thread
 	attnThreads   = 128  // ATT_THREADS
-	attnMaxDim    = 256  // ATT_THREADS × ATT_DPT
+	attnMaxDim    = 256  // 64 × ATT_PAIRS
 	sampleThreads = 1024 // SAMPLE_THREADS
 )
 

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -154,9 +155,8 @@ func newStagingRing(slots, slotBytes int) (*stagingRing, error) {
 	return &stagingRing{mem: mem, slotBytes: slotBytes}, nil
 }
 
-func (r *stagingRing) slots() int          { return len(r.mem) / r.slotBytes }
-func (r *stagingRing) slot(i int) []byte   { return r.mem[i*r.slotBytes : (i+1)*r.slotBytes] }
-func (r *stagingRing) ptr() unsafe.Pointer { return unsafe.Pointer(&r.mem[0]) }
+func (r *stagingRing) slots() int        { return len(r.mem) / r.slotBytes }
+func (r *stagingRing) slot(i int) []byte { return r.mem[i*r.slotBytes : (i+1)*r.slotBytes] }
 
 func (r *stagingRing) unmap() error {
 	if r == nil || r.mem == nil {
@@ -167,22 +167,45 @@ func (r *stagingRing) unmap() error {
 	return err
 }
 
-// dmaEngine is what the staged pipeline needs from the device: enqueue a
-// copy of src (inside a slot) to dst on one of two streams, fence a slot
-// after its copies, and wait for a slot's fence before the slot is
-// refilled. The CUDA implementation enqueues asynchronous copies and
-// events; tests use one that performs the copies only when the fence is
-// waited for, so a slot refilled too early shows up as corrupt weights.
+// dmaEngine is what the staged pipeline needs from the device: prepare a
+// slot once, before its first copy (the CUDA engine page-locks it then, so
+// registering the ring costs no time before the first read: slot by slot,
+// while the readers fill the others), enqueue a copy of src (inside a
+// slot) to dst on one of two streams, fence a slot after its copies, and
+// wait for a slot's fence before the slot is refilled. The CUDA
+// implementation enqueues asynchronous copies and events; tests use one
+// that performs the copies only when the fence is waited for, so a slot
+// refilled too early shows up as corrupt weights.
 type dmaEngine interface {
+	prepare(slot int) error
 	copy(stream int, dst DevicePtr, src []byte) error
 	fence(slot, stream int) error
 	wait(slot int) error
 }
 
-// stagedStats is what a staged upload did.
+// stagedStats is what a staged upload did, and where its time went: if
+// the copy loop mostly waited for reads (readWait), reading the files is
+// the limit; if it mostly waited for slots to drain (fenceWait), the copy
+// engine is.
 type stagedStats struct {
 	chunks    int
 	readBytes int64 // bytes read from the files, gaps included
+	// readBusy is the readers' time inside read calls, summed over readers.
+	readBusy time.Duration
+	// readWait and fenceWait are the copy loop's time blocked on a read
+	// result and on a slot's copies; prepare is its time registering slots.
+	readWait, fenceWait, prepare time.Duration
+}
+
+// attrs are the stats as stage attributes (ms, GB/s per reader).
+func (st stagedStats) attrs() map[string]any {
+	perReader := 0.0
+	if st.readBusy > 0 {
+		perReader = float64(st.readBytes) / st.readBusy.Seconds() / 1e9
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return map[string]any{"read_busy_ms": ms(st.readBusy), "read_gb_per_s_per_reader": perReader,
+		"copy_loop_read_wait_ms": ms(st.readWait), "copy_loop_fence_wait_ms": ms(st.fenceWait), "slot_register_ms": ms(st.prepare)}
 }
 
 // runStaged reads every chunk into the ring with up to readers goroutines
@@ -214,7 +237,8 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 	type job struct{ chunk, slot int }
 	type done struct {
 		job
-		err error
+		err  error
+		took time.Duration
 	}
 	nslots := ring.slots()
 	readers = max(1, min(readers, nslots))
@@ -227,11 +251,12 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 			defer wg.Done()
 			for j := range jobs {
 				c := chunks[j.chunk]
+				t := time.Now()
 				_, err := files[c.file].ReadAt(ring.slot(j.slot)[:c.n], c.off)
 				if err != nil {
 					err = fmt.Errorf("read %s at %d (%d bytes): %w", c.file, c.off, c.n, err)
 				}
-				results <- done{j, err}
+				results <- done{j, err, time.Since(t)}
 			}
 		}()
 	}
@@ -255,6 +280,7 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		free = append(free, s)
 	}
 	var fenced []int // slots whose copies are enqueued, oldest first
+	prepared := make([]bool, nslots)
 	next, reading, finished := 0, 0, 0
 	for finished < len(chunks) {
 		// Keep every reader busy. A reader without a free slot takes the
@@ -266,9 +292,11 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 					break
 				}
 				s := fenced[0]
+				t := time.Now()
 				if err := dma.wait(s); err != nil {
 					return st, err
 				}
+				st.fenceWait += time.Since(t)
 				fenced = fenced[1:]
 				free = append(free, s)
 			}
@@ -283,10 +311,21 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 			// cannot happen with a non-empty ring.
 			return st, errors.New("staged upload stalled: no slot to read into (internal error)")
 		}
+		t := time.Now()
 		d := <-results
+		st.readWait += time.Since(t)
+		st.readBusy += d.took
 		reading--
 		if d.err != nil {
 			return st, d.err
+		}
+		if !prepared[d.slot] {
+			t := time.Now()
+			if err := dma.prepare(d.slot); err != nil {
+				return st, err
+			}
+			st.prepare += time.Since(t)
+			prepared[d.slot] = true
 		}
 		c := chunks[d.chunk]
 		stream := d.chunk % 2
@@ -304,23 +343,31 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		st.readBytes += int64(c.n)
 		finished++
 	}
+	t := time.Now()
 	for _, s := range fenced {
 		if err := dma.wait(s); err != nil {
 			return st, err
 		}
 	}
+	st.fenceWait += time.Since(t)
 	return st, nil
 }
 
 // cudaDMA is dmaEngine on two streams of a context, with one event per
-// slot. Its methods run on the thread where the context is current.
+// slot, page-locking each slot of the ring on its first use. Its methods
+// run on the thread where the context is current.
 type cudaDMA struct {
-	streams [2]*Stream
-	events  []*Event
+	c          *Context
+	ring       *stagingRing
+	streams    [2]*Stream
+	events     []*Event
+	registered []bool
+	tried, ok  int // slots prepared, and those page-locked
 }
 
-func newCudaDMA(c *Context, slots int) (*cudaDMA, error) {
-	d := &cudaDMA{}
+func newCudaDMA(c *Context, ring *stagingRing) (*cudaDMA, error) {
+	slots := ring.slots()
+	d := &cudaDMA{c: c, ring: ring, registered: make([]bool, slots)}
 	for i := range d.streams {
 		s, err := c.NewStream()
 		if err != nil {
@@ -340,6 +387,22 @@ func newCudaDMA(c *Context, slots int) (*cudaDMA, error) {
 	return d, nil
 }
 
+// prepare page-locks the slot, so its copies run at full bandwidth and
+// asynchronously; if the driver refuses, the copies still work from
+// pageable memory (slower), and allRegistered says so.
+func (d *cudaDMA) prepare(slot int) error {
+	b := d.ring.slot(slot)
+	d.registered[slot] = d.c.HostRegister(unsafe.Pointer(&b[0]), len(b), false) == nil
+	d.tried++
+	if d.registered[slot] {
+		d.ok++
+	}
+	return nil
+}
+
+// allRegistered reports whether every slot used was page-locked.
+func (d *cudaDMA) allRegistered() bool { return d.ok == d.tried }
+
 func (d *cudaDMA) copy(stream int, dst DevicePtr, src []byte) error {
 	return d.streams[stream].CopyHtoDAsync(dst, unsafe.Pointer(&src[0]), len(src))
 }
@@ -357,6 +420,12 @@ func (d *cudaDMA) destroy() {
 	}
 	for _, e := range d.events {
 		e.Destroy()
+	}
+	for i, r := range d.registered {
+		if r {
+			b := d.ring.slot(i)
+			d.c.HostUnregister(unsafe.Pointer(&b[0]))
+		}
 	}
 }
 

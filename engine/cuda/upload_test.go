@@ -21,12 +21,22 @@ type lazyDMA struct {
 	queued  map[int][]func() // slot → copies fenced on it
 	pending []func()         // copies not yet fenced
 	fenced  map[int]bool
-	failAt  int // copy number that fails (0: none)
-	copies  int
+	// prepared slots; a copy fenced on an unprepared one fails.
+	prepared map[int]bool
+	failAt   int // copy number that fails (0: none)
+	copies   int
 }
 
 func newLazyDMA(size int) *lazyDMA {
-	return &lazyDMA{dev: make([]byte, size), queued: map[int][]func(){}, fenced: map[int]bool{}}
+	return &lazyDMA{dev: make([]byte, size), queued: map[int][]func(){}, fenced: map[int]bool{}, prepared: map[int]bool{}}
+}
+
+func (d *lazyDMA) prepare(slot int) error {
+	if d.prepared[slot] {
+		return fmt.Errorf("slot %d prepared twice", slot)
+	}
+	d.prepared[slot] = true
+	return nil
 }
 
 func (d *lazyDMA) copy(stream int, dst DevicePtr, src []byte) error {
@@ -44,6 +54,9 @@ func (d *lazyDMA) copy(stream int, dst DevicePtr, src []byte) error {
 func (d *lazyDMA) fence(slot, stream int) error {
 	if d.fenced[slot] {
 		return fmt.Errorf("slot %d fenced twice without a wait: it was refilled while its copies were in flight", slot)
+	}
+	if !d.prepared[slot] {
+		return fmt.Errorf("slot %d copied from before it was prepared (page-locked)", slot)
 	}
 	d.queued[slot], d.pending, d.fenced[slot] = d.pending, nil, true
 	return nil

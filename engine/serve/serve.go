@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -295,11 +296,18 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("the server did not answer its own health check on %s: %w", addr, err)
 	}
 	em.stage(trace.StageHTTPReady, hStart, time.Now(), trace.Attrs{"addr": addr})
+	// What the load warm-up left out (the CUDA backend's prefill GEMM
+	// buckets and decode graphs) warms now, yielding to requests; it
+	// reports its own warmup stage when done.
+	if w, ok := be.(backgroundWarmer); ok {
+		w.WarmBackground(o.MaxBatch)
+	}
 	em.log.Printf("serving %s on %s: %d KV blocks × %d positions, context %d, max batch %d, prefix cache %s", o.ModelID, be.Name(), blocks, o.BlockSize, maxSeq, o.MaxBatch, map[bool]string{false: "on", true: "off"}[o.NoPrefixCache])
 	em.log.Printf("listening on http://%s", addr)
 	if o.Ready != nil {
 		o.Ready(addr)
 	}
+	releaseLoadMemory(em.log)
 
 	var serveErr error
 	select {
@@ -563,6 +571,24 @@ func selfCheck(ctx context.Context, addr string) error {
 		}
 	}
 	return last
+}
+
+// backgroundWarmer is a backend that warms part of itself after the
+// server is ready (the CUDA backend).
+type backgroundWarmer interface {
+	WarmBackground(maxBatch int)
+}
+
+// releaseLoadMemory hands the heap garbage of loading (checkpoint index,
+// tokenizer build, staging bookkeeping) back to the OS, so that the RSS
+// after load is what serving keeps, and logs the Go side of it: the rest
+// of the process's anonymous memory is the driver's and the libraries'.
+func releaseLoadMemory(lg *log.Logger) {
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	lg.Printf("memory after load: Go heap in use %.1f MB, Go runtime total (heap, stacks, metadata) %.1f MB, released to the OS %.1f MB",
+		float64(ms.HeapInuse)/1e6, float64(ms.Sys-ms.HeapReleased)/1e6, float64(ms.HeapReleased)/1e6)
 }
 
 // backend is what serve needs of a backend beyond the scheduler's view.

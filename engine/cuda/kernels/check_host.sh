@@ -16,6 +16,7 @@ extern tt_dim3 threadIdx, blockIdx, blockDim, gridDim;
 inline void __syncthreads() {}
 inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
 inline int __shfl_xor_sync(unsigned, int v, int) { return v; }
+inline int __shfl_sync(unsigned, int v, int) { return v; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }

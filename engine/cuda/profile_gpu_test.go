@@ -1,0 +1,137 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/engine/model"
+	"github.com/treni-top/treni-top/engine/sched"
+)
+
+// TestGPUStepProfile says where a step's device time goes on a real-sized
+// checkpoint (TRENI_PROFILE_MODEL=dir, e.g. the 4B-shaped synth of
+// scripts/gpu-cold-bench.sh): per operation, summed over the layers, with
+// CUDA events, for the steps the serve benchmark runs — batch-1 decode,
+// 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
+// at positions 768–1023 beside 63 decoding sequences — and the wall time
+// of a 64-row decode step with logits to the host (Forward) against token
+// ids only (ForwardTokens). Eager steps (graphs off), KV contents zero:
+// attention costs do not depend on the values.
+func TestGPUStepProfile(t *testing.T) {
+	dir := os.Getenv("TRENI_PROFILE_MODEL")
+	if dir == "" {
+		t.Skip("TRENI_PROFILE_MODEL not set")
+	}
+	if _, err := LoadDriver(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	ck, err := model.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	const BS, seqs, ctxLen = 16, 64, 1100
+	perSeq := (ctxLen + 300 + BS - 1) / BS
+	NB := perSeq * seqs
+	be, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	ctx := context.Background()
+	V := be.VocabSize()
+	tables := make([][]int32, seqs)
+	for i := range tables {
+		tables[i] = make([]int32, perSeq)
+		for j := range tables[i] {
+			tables[i][j] = int32(i*perSeq + j)
+		}
+	}
+	decode := func(n, pos int) *sched.Batch {
+		bt := &sched.Batch{}
+		for i := 0; i < n; i++ {
+			bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: uint64(i), Tokens: []int32{int32(i + 1)}, Pos: pos, Blocks: tables[i], WantLogits: true})
+		}
+		return bt
+	}
+	mixed := func() *sched.Batch {
+		toks := make([]int32, 256)
+		for i := range toks {
+			toks[i] = int32(i*7 + 3)
+		}
+		bt := decode(seqs-1, ctxLen)
+		bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: 999, Tokens: toks, Pos: 768, Blocks: tables[seqs-1], WantLogits: false})
+		return bt
+	}
+	rows := make([][]float32, seqs)
+	for i := range rows {
+		rows[i] = make([]float32, V)
+	}
+	choice := make([]sched.TokenChoice, seqs)
+	toks := make([]int32, seqs)
+	cases := []struct {
+		name string
+		bt   *sched.Batch
+	}{
+		{"decode b1 ctx 60", decode(1, 60)},
+		{"decode b64 ctx 1100", decode(seqs, ctxLen)},
+		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
+		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
+	}
+	const reps = 5
+	for _, c := range cases {
+		// Once unprofiled (plans, lazily loaded kernels), then profiled.
+		if err := be.ForwardTokens(ctx, c.bt, choice, toks, nil); err != nil {
+			t.Fatal(err)
+		}
+		be.mu.Lock()
+		be.prof = newStepProfiler(be.c)
+		be.mu.Unlock()
+		start := time.Now()
+		for r := 0; r < reps; r++ {
+			if err := be.ForwardTokens(ctx, c.bt, choice, toks, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wall := float64(time.Since(start).Microseconds()) / 1000 / reps
+		be.mu.Lock()
+		var ops []opTime
+		var steps int
+		be.r.Do(ctx, func() error { ops, steps = be.prof.sorted(); be.prof.destroy(); return nil })
+		be.prof = nil
+		be.mu.Unlock()
+		var sum float64
+		var parts []string
+		for _, o := range ops {
+			sum += o.ms
+		}
+		for _, o := range ops {
+			parts = append(parts, fmt.Sprintf("%s %.3f (%.0f%%)", o.name, o.ms/float64(max(steps, 1)), 100*o.ms/max(sum, 1e-9)))
+		}
+		t.Logf("PROFILE %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
+	}
+	// Logits to the host against token ids only, 64 decoding rows.
+	bt := decode(seqs, ctxLen)
+	for _, mode := range []string{"Forward (64 logits rows to host)", "ForwardTokens (64 token ids)"} {
+		run := func() error {
+			if strings.HasPrefix(mode, "Forward ") {
+				return be.Forward(ctx, bt, rows)
+			}
+			return be.ForwardTokens(ctx, bt, choice, toks, nil)
+		}
+		if err := run(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for r := 0; r < reps; r++ {
+			if err := run(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("PROFILE %-40s wall %.3f ms/step", mode, float64(time.Since(start).Microseconds())/1000/reps)
+	}
+}

@@ -1,0 +1,267 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/treni-top/treni-top/engine/sched"
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Warm-up in two parts (docs/ARCHITECTURE.md, "Stages").
+//
+// cuBLASLt picks a kernel per GEMM shape and loads it lazily on its first
+// launch; on the H100 that cost tens of milliseconds per shape, and the
+// old load warm-up (29 plans, six prefill passes) took 300–420 ms, ending
+// up to 180 ms after the weight upload: the server became healthy that
+// much later. Now:
+//
+//   - loadWarmup, during the upload, warms only what every request needs:
+//     the batch-1 decode step (its GEMM plans and kernels at one row, the
+//     LM head's at one row, which a prefill's last token also uses) and
+//     the capture of its graph. A first request then pays only for its
+//     own prefill's GEMM shapes, as it would on an eager path.
+//   - WarmBackground, once the server is serving, warms the rest one small
+//     item at a time (the prefill row buckets' GEMMs, then the decode
+//     graphs of every bucket up to the batch limit), each item taken only
+//     while no step is waiting for the backend, so a request waits at most
+//     for the one item under way (max_item_ms in its warmup stage).
+//
+// Warm-up rows are graph padding rows: KV slot −1 (they store nothing) at
+// position 0 through an all-zero block table, so they never disturb a
+// live sequence's cache, before or after the server starts.
+
+// warmupPrefill are the GEMM row counts padRows gives prefill steps,
+// ordered by how soon a request is likely to need them (the first
+// request of a chat is a few dozen tokens).
+var warmupPrefill = [...]int{64, 32, 128, 16, 256, 8}
+
+// maxWarmRows is the scratch sized at load: the largest prefill bucket.
+const maxWarmRows = 256
+
+// loadWarmup sizes the step scratch for the largest prefill bucket and
+// every graph bucket (so that no later step reallocates it and drops
+// captured graphs) and warms the batch-1 decode step, capturing its graph.
+// It runs while the weights are still uploading: the weights read are
+// partly stale, which does not matter for what is being warmed.
+func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
+	t0 := time.Now()
+	bs := b.opts.BlockSize
+	maxT := min(maxWarmRows, b.opts.NumBlocks*bs-1)
+	if maxT < 1 {
+		return nil
+	}
+	rows, meta := 8, 4*maxT+(maxT+bs-1)/bs
+	if !b.opts.NoGraphs && len(b.buckets) > 0 {
+		Bk := b.buckets[len(b.buckets)-1]
+		rows = max(rows, Bk)
+		meta = max(meta, 4*Bk+Bk*b.graphStride)
+	}
+	if err := b.grow(maxT, rows, meta); err != nil {
+		return err
+	}
+	graphs := 0
+	if Bk := b.bucket(1); !b.opts.NoGraphs && Bk > 0 {
+		if err := b.warmDecode(ctx, Bk, nil); err != nil {
+			return fmt.Errorf("cuda: load warm-up decode step: %w", err)
+		}
+		graphs = len(b.graphs)
+	} else if err := b.warmGemms(1); err != nil {
+		return fmt.Errorf("cuda: load warm-up: %w", err)
+	}
+	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "gemm_plans": b.blas.Plans(), "graphs": graphs,
+		"concurrent_with_upload": overlapped, "scratch_rows": b.capT, "logits_rows": b.capRows})
+	return nil
+}
+
+// padMeta lays out T padding rows (the warm-up's dummy tokens) with
+// tableRows table rows of stride entries (runner thread).
+func (b *Backend) padMeta(T, tableRows, stride int) {
+	b.hostMeta = stepMeta(b.hostMeta, &sched.Batch{}, b.opts.BlockSize, T, tableRows, stride)
+}
+
+// warmDecode runs bucket Bk's decode step eagerly on padding rows, then
+// captures its graph (runner thread); attrs go to the graph_capture stage.
+func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs) error {
+	if err := b.grow(Bk, Bk, 4*Bk+Bk*b.graphStride); err != nil {
+		return err
+	}
+	b.padMeta(Bk, Bk, b.graphStride)
+	if err := b.upMeta(); err != nil {
+		return err
+	}
+	if err := b.enqueueDecode(ctx, Bk); err != nil {
+		return err
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return err
+	}
+	b.captureWith(Bk, attrs)
+	return nil
+}
+
+// warmGemms runs the four layer GEMMs of a step of M rows once (layer 0's
+// weights, scratch in and out), which builds their plans and loads their
+// kernels (runner thread). The scratch holds no state between steps: a
+// step's embedding rewrites the residual rows it uses.
+func (b *Backend) warmGemms(M int) error {
+	if M > b.capT || len(b.layers) == 0 {
+		return nil
+	}
+	c := b.cfg
+	H, I := c.HiddenSize, c.IntermediateSize
+	l := &b.layers[0]
+	for _, err := range []error{
+		b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false),
+		b.gemm(b.x, b.att, l.o, M, H, b.qDim, F32, true),
+		b.gemm(b.gu, b.h, l.gu, M, 2*I, H, BF16, false),
+		b.gemm(b.x, b.act, l.down, M, H, I, F32, true),
+	} {
+		if err != nil {
+			return fmt.Errorf("warm the GEMMs of %d rows: %w", M, err)
+		}
+	}
+	return b.s.Synchronize()
+}
+
+// warmItem is one piece of background warm-up.
+type warmItem struct {
+	what string // "gemm" or "graph"
+	rows int
+}
+
+// backgroundItems lists what WarmBackground does for a batch limit of
+// maxBatch sequences: the prefill GEMM buckets, then the decode graph
+// buckets above 1 up to the one holding maxBatch (every bucket when
+// maxBatch is 0 or beyond the largest).
+func backgroundItems(prefill []int, buckets []int, capT, maxBatch int, graphs bool) []warmItem {
+	var items []warmItem
+	for _, M := range prefill {
+		if M <= capT {
+			items = append(items, warmItem{"gemm", M})
+		}
+	}
+	if !graphs {
+		return items
+	}
+	for _, Bk := range buckets {
+		if Bk <= 1 {
+			continue
+		}
+		items = append(items, warmItem{"graph", Bk})
+		if maxBatch > 0 && Bk >= maxBatch {
+			break
+		}
+	}
+	return items
+}
+
+// WarmBackground starts warming, on a goroutine the backend owns, what the
+// load warm-up left out: the GEMMs of the prefill row buckets and the
+// decode graphs of the buckets up to maxBatch sequences (0: all). Each
+// item runs only while no Forward, ForwardTokens or CopyBlocks is waiting
+// for the backend; a call that arrives during an item waits for that item
+// only. When it ends it reports a warmup stage of kind "background" (its
+// items, the longest one, how often it yielded). It returns at once; a
+// second call does nothing; Close stops it.
+func (b *Backend) WarmBackground(maxBatch int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.bgDone != nil {
+		return
+	}
+	items := backgroundItems(warmupPrefill[:], b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.bgCancel, b.bgDone = cancel, done
+	go func() {
+		defer close(done)
+		b.warmBackground(ctx, items, b.runWarmItem)
+	}()
+}
+
+// runWarmItem is one background item (runner thread, b.mu held).
+func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
+	if it.what == "gemm" {
+		return b.warmGemms(it.rows)
+	}
+	if b.graphs[it.rows] != nil || b.graphsOff {
+		return nil // a step captured it first, or captures failed
+	}
+	return b.warmDecode(ctx, it.rows, trace.Attrs{"background": true})
+}
+
+// warmBackground runs items through run on the runner thread with b.mu
+// held, each only once no step is pending (see WarmBackground).
+func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func(context.Context, warmItem) error) {
+	t0 := time.Now()
+	var (
+		maxItem        time.Duration
+		yields, ran    int
+		gemms, graphed int
+		errs           []error
+	)
+	for _, it := range items {
+		// Let every waiting step go first.
+		for b.pending.Load() > 0 {
+			yields++
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return
+		}
+		ti := time.Now()
+		err := b.r.Do(ctx, func() error { return run(ctx, it) })
+		maxItem = max(maxItem, time.Since(ti))
+		b.mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %d: %w", it.what, it.rows, err))
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		ran++
+		if it.what == "gemm" {
+			gemms++
+		} else {
+			graphed++
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
+		"max_item_ms": float64(maxItem.Microseconds()) / 1000, "yields": yields}
+	if b.blas != nil {
+		attrs["gemm_plans"] = b.blas.Plans()
+	}
+	if err := errors.Join(errs...); err != nil {
+		attrs["error"] = err.Error()
+	}
+	if !b.closed {
+		b.stage(trace.StageWarmup, t0, attrs)
+	}
+}
+
+// stopBackground stops the background warm-up and waits for it; the
+// caller must not hold b.mu.
+func (b *Backend) stopBackground() {
+	b.mu.Lock()
+	cancel, done := b.bgCancel, b.bgDone
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
