@@ -20,7 +20,7 @@ const (
 	VerdictInsufficient Verdict = "insufficient evidence" // a probe is missing; Missing says which
 )
 
-// Thresholds of the decision table. Each is a signal of the TTFT runbook
+// Thresholds of the decision table. Each is a signal of the decision table in docs/ARCHITECTURE.md ("Diagnosis")
 // turned into a number (docs/ARCHITECTURE.md, "Diagnosis"); the comment
 // says why the number is where it is.
 const (
@@ -50,7 +50,7 @@ const (
 	// (signal D); 64 MiB is above allocator noise and below any KV pool.
 	FirstRequestMemJump = 64 << 20
 	// WarmStableSpread: warm requests whose TTFT spread is at most this
-	// fraction are "stable after 1–2 runs" (signal C); the runbook's warm
+	// fraction are "stable after 1–2 runs" (signal C); the warm
 	// band for a healthy server is within ±10–20%.
 	WarmStableSpread = 0.25
 	// QueueingGrowth: TTFT at the highest observed concurrency at least
@@ -83,7 +83,7 @@ type Hypothesis struct {
 }
 
 // Diagnosis is the ranked decision table for one cold run, with the
-// runbook's decomposition.
+// decomposition (docs/ARCHITECTURE.md, "Diagnosis").
 type Diagnosis struct {
 	Run        int          `json:"run"`
 	Hypotheses []Hypothesis `json:"hypotheses"` // ranked, strongest first
@@ -290,7 +290,7 @@ func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
 // gb renders bytes in decimal gigabytes, as the evidence rows do.
 func gb(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
 
-// summarize writes the runbook's one-line conclusion.
+// summarize writes the one-line conclusion.
 func summarize(d Diagnosis, run Run) string {
 	var parts []string
 	if d.Dominant != "" {

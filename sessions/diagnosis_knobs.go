@@ -126,7 +126,7 @@ func nextKnob(code string, t target) string {
 }
 
 // knobTable is the next knob per (engine × hypothesis). The generic row
-// is the TTFT runbook's tuning direction for a GPU server; every other row
+// is the tuning direction for a GPU server; every other row
 // names the knobs that target really has. An empty cell means no knob.
 func knobTable(t target) map[Engine]map[string]string {
 	generic := map[string]string{

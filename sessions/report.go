@@ -98,7 +98,7 @@ func (r Report) JSON() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Markdown renders the report for people: the runbook's tables.
+// Markdown renders the report for people: the stage, request and diagnosis tables.
 func (r Report) Markdown() string {
 	var b strings.Builder
 	h := r.Header

@@ -7,7 +7,7 @@ import (
 	"github.com/treni-top/treni-top/trace/stat"
 )
 
-// RequestRow is one request in the runbook's table, times in milliseconds.
+// RequestRow is one request in the request table, times in milliseconds.
 type RequestRow struct {
 	Label      string      `json:"label"`
 	Phase      trace.Phase `json:"phase"`

@@ -8,7 +8,7 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// requestsPane is the runbook's request table for the selected run: one row
+// requestsPane is the request table (docs/ARCHITECTURE.md, "Measurements") for the selected run: one row
 // per request, then warm statistics and the cold penalty.
 type requestsPane struct{}
 

@@ -11,7 +11,7 @@ import (
 )
 
 // Floors are the machine's physical limits that the built-in engine's cold
-// start and decode are measured against (DESIGN.md §8).
+// start and decode are measured against (docs/BENCHMARKS.md, "Floors").
 type Floors struct {
 	Device          string  `json:"device"`
 	CuInitMS        float64 `json:"cu_init_ms"`

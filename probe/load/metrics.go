@@ -172,7 +172,7 @@ func Measure(repeat int, reqs []trace.Request, duration time.Duration, slo SLO, 
 }
 
 // Spread is a metric's min, median and max across repeats, and spread =
-// (max − min) ÷ median as a fraction (the runbook's noise yardstick).
+// (max − min) ÷ median as a fraction (the noise yardstick of docs/ARCHITECTURE.md, "Measurements").
 type Spread struct {
 	Min    float64 `json:"min"`
 	Median float64 `json:"median"`

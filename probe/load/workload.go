@@ -3,7 +3,7 @@
 // chunked_prefill, prefix_caching), QPS sweeps with Poisson arrivals and
 // custom workloads, sent to an OpenAI-compatible server by a lean streaming
 // client that is built never to be the bottleneck (1,000 concurrent streams
-// and 100,000 tokens/s in one process), timed as DESIGN.md §4 defines, and
+// and 100,000 tokens/s in one process), timed as docs/ARCHITECTURE.md ("Measurements") defines, and
 // summarised per run and across repeats in a versioned JSON report
 // (docs/BENCH_SCHEMA.md) and a Markdown table.
 //

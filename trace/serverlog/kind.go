@@ -1,7 +1,7 @@
 // Package serverlog turns the log lines of LLM inference servers (vLLM,
 // SGLang, TGI, llama.cpp's llama-server, Ollama, and the built-in engine's
-// JSON stage lines) into cold-stage spans on the session clock (DESIGN.md
-// §3). The launcher feeds it every output line of a live target; import
+// JSON stage lines) into cold-stage spans on the session clock (docs/ARCHITECTURE.md,
+// "Stages"). The launcher feeds it every output line of a live target; import
 // feeds it every line of a log file someone already has. Lines it does not
 // recognise stay plain log lines: the parser returns nothing for them.
 package serverlog
