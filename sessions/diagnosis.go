@@ -20,7 +20,7 @@ const (
 	VerdictInsufficient Verdict = "insufficient evidence" // a probe is missing; Missing says which
 )
 
-// Thresholds of the decision table. Each is a signal of the decision table in docs/ARCHITECTURE.md ("Diagnosis")
+// Thresholds of the decision table. Each is a signal of a hypothesis
 // turned into a number (docs/ARCHITECTURE.md, "Diagnosis"); the comment
 // says why the number is where it is.
 const (

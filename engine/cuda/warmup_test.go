@@ -53,9 +53,10 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 		if len(ran) != 0 {
 			t.Fatalf("items %v ran while a step was pending", ran)
 		}
-		b.mu.Lock() // the pending step gets the backend
-		b.mu.Unlock()
+		// The pending step takes the backend and finishes.
+		b.mu.Lock()
 		b.pending.Add(-1)
+		b.mu.Unlock()
 		<-done
 		if !slices.Equal(ran, items) {
 			t.Fatalf("ran %v, want %v", ran, items)
