@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One GPU-machine session's whole check of the built-in engine, in one
+# command, so the same script gives the baseline and the result:
+#   1. correctness: nvcc rebuilds the fatbin (must match the committed one
+#      byte for byte), every GPU test of engine/cuda (kernels against a CPU
+#      reference, logits against the CPU backend and HF transformers,
+#      greedy, ForwardTokens, CopyBlocks, graphs) — scripts/gpu-cuda-check.sh;
+#   2. cold start of both shapes beside HF transformers, floors in the same
+#      run — scripts/gpu-cold-bench.sh;
+#   3. the server under load: 64 streams, the QPS sweep, the five
+#      workloads, prefix-hit TTFT — scripts/gpu-serve-bench.sh;
+#   4. optionally (OLLAMA=path), Ollama on the GPU under treni-top —
+#      scripts/gpu-ollama.sh.
+# Each part runs under its own time limit (CHECK_S, COLD_S, SERVE_S,
+# OLLAMA_S) so one slow part cannot eat the machine's lease. Full logs in
+# $OUT/session.tgz; the short table is printed last.
+# Built elsewhere and carried: BIN (treni-top), TESTBIN (go test -c
+# ./engine/cuda), TOK (the Qwen3 tokenizer directory).
+# Usage: BIN=.carry/s/treni-top TESTBIN=.carry/s/cuda.test TOK=.carry/s/qwen3-tok \
+#          OUT=/tmp/out bash scripts/gpu-session.sh
+set -u
+OUT=${OUT:-$(mktemp -d)}
+R=$OUT/s
+mkdir -p "$R"
+T0=$SECONDS
+PARTS=${PARTS:-"check cold serve"}
+t() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$R/session.log"; }
+t "start $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+summary=()
+for part in $PARTS; do
+	case $part in
+	check)
+		TESTBIN=$TESTBIN OUT=$R/check SANITIZE=${SANITIZE:-0} timeout "${CHECK_S:-170}" bash scripts/gpu-cuda-check.sh >"$R/check.txt" 2>&1
+		rc=$?
+		cmp -s "$R/check/kernels.fatbin" engine/cuda/kernels/kernels.fatbin && fb=identical || fb=DIFFERS
+		summary+=("check rc=$rc fatbin $fb; $(grep -cE '^--- PASS' "$R/check/gpu-tests.log" 2>/dev/null) tests passed, $(grep -cE '^--- FAIL' "$R/check/gpu-tests.log" 2>/dev/null) failed")
+		;;
+	cold)
+		BIN=$BIN TOK=$TOK OUT=$R/cold HF=${HF:-1} RUNS=${RUNS:-3} timeout "${COLD_S:-260}" bash scripts/gpu-cold-bench.sh >"$R/cold.txt" 2>&1
+		rc=$?
+		summary+=("cold bench rc=$rc")
+		;;
+	serve)
+		BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench NREQ=${NREQ:-32} timeout "${SERVE_S:-200}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
+		rc=$?
+		summary+=("serve bench rc=$rc")
+		;;
+	ollama)
+		BIN=$BIN OLLAMA=$OLLAMA SRC=$SRC OUT=$R/ollama PRESET=${OLLAMA_PRESET:-1.7b} timeout "${OLLAMA_S:-300}" bash scripts/gpu-ollama.sh >"$R/ollama.txt" 2>&1
+		rc=$?
+		summary+=("ollama rc=$rc")
+		;;
+	esac
+	t "$part done: ${summary[-1]}"
+done
+tar -C "$OUT" -czf "$OUT/session.tgz" s
+for part in $PARTS; do
+	echo "=== $part"
+	case $part in
+	check) grep -E "^(--- FAIL|FAIL)|ERR |fatbin" "$R/check.txt" | head -20 ;;
+	cold) sed -n '/^### Floors/,$p' "$R/cold.txt" | grep -vE '^\| (process_start|runtime_init|tensor_index|tokenizer|page_cache|kernel_load|kv_alloc|http_ready|cuda_init|graph_capture|warmup|first_request|decoder_tensor)' | head -60 ;;
+	serve) sed -n '/^### 64/,$p' "$R/serve.txt" | head -45 ;;
+	ollama) grep -vE '^--|^\[.*\] (building|ollama create)' "$R/ollama.txt" | tail -25 ;;
+	esac
+done
+printf '%s\n' "${summary[@]}"
+t "total"
