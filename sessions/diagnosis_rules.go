@@ -57,9 +57,52 @@ type facts struct {
 	// Neither: loading is undecided.
 	coldCache, warmCache bool
 	// firstReqExcess is cold_1's TTFT above the warm median (ms, 0 when
-	// not above or not probed); firstReqJump the larger memory growth
-	// (GPU or RSS) during cold_1.
+	// not above or not probed), less what stages inside first_request
+	// already account for; firstReqJump the larger memory growth (GPU or
+	// RSS) during cold_1.
 	firstReqExcess, firstReqJump float64
+	// lazyLoad: the model was loaded inside the first request (Ollama):
+	// loading stages start inside first_request. lazyStart is the time
+	// from the request to the load's first stage (the runner process
+	// starting), lazyConfig the metadata and tokenizer read inside it,
+	// before any device work.
+	lazyLoad              bool
+	lazyStart, lazyConfig time.Duration
+}
+
+// lazyLoadStages are the stages whose start inside first_request means the
+// server loads the model on its first request.
+var lazyLoadStages = map[trace.Stage]bool{
+	trace.StagePageCache: true, trace.StageTensorIndexBuild: true, trace.StageModelLoad: true,
+	trace.StageDecoderTensorUpload: true, trace.StageKVAlloc: true,
+}
+
+// lazyFacts finds a load inside the first request and returns the time
+// the stages inside first_request cover (already counted by their rules).
+func (x *facts) lazyFacts() (covered time.Duration) {
+	fr, ok := x.run.Attribution.Stage(trace.StageFirstRequest)
+	if !ok {
+		return 0
+	}
+	first := time.Duration(-1)
+	for _, s := range x.run.Attribution.Stages {
+		if s.Name == trace.StageFirstRequest || s.Start < fr.Start || s.Start >= fr.End {
+			continue
+		}
+		if lazyLoadStages[s.Name] && (first < 0 || s.Start < first) {
+			first = s.Start
+		}
+		if s.Name == trace.StageTensorIndexBuild || s.Name == trace.StageTokenizerLoad {
+			x.lazyConfig += s.Duration
+		}
+	}
+	if first < 0 {
+		x.lazyConfig = 0
+		return 0
+	}
+	x.lazyLoad = true
+	x.lazyStart = first - fr.Start
+	return fr.Duration - fr.Exclusive
 }
 
 // dur is the summed duration of the named stages in the run's attribution.
@@ -103,9 +146,15 @@ func gatherFacts(events []trace.Event, run Run) *facts {
 		!x.residencyKnown && x.ioKnown && x.IOReadBytes >= IOReadMatchesWeights*x.WeightBytes
 	x.warmCache = x.residencyKnown && x.ResidentBefore >= WarmResidency ||
 		!x.residencyKnown && x.ioKnown && x.IOReadBytes < 0.1*x.WeightBytes
+	covered := x.lazyFacts()
 	if x.reqs.Cold != nil && x.reqs.WarmTTFT.N > 0 {
-		x.firstReqExcess = max(x.reqs.Cold.TTFT-x.reqs.WarmTTFT.Median, 0)
+		x.firstReqExcess = max(x.reqs.Cold.TTFT-x.reqs.WarmTTFT.Median-stat.MS(covered), 0)
 		x.firstReqJump = max(x.GPUMemFirstReq, x.RSSFirstReq)
+	}
+	if x.lazyLoad {
+		// The runner's start is E's (below); what is left of the excess
+		// is the first request's own warm-up.
+		x.firstReqExcess = max(x.firstReqExcess-stat.MS(x.lazyStart), 0)
 	}
 	return x
 }
@@ -195,7 +244,7 @@ func ruleC(x *facts, h *Hypothesis) {
 	if x.reqs.WarmTTFT.N >= 2 {
 		h.Evidence = append(h.Evidence, Evidence{"warm TTFT spread", pct(x.reqs.WarmTTFT.Spread)})
 	}
-	if x.firstReqExcess > 0 && x.firstReqJump < FirstRequestMemJump {
+	if x.firstReqExcess > 0 && (x.firstReqJump < FirstRequestMemJump || x.lazyLoad) {
 		h.TermMS += x.firstReqExcess
 		h.Evidence = append(h.Evidence, Evidence{"first-run overhead (cold_1 − warm median)", stat.FormatMS(x.firstReqExcess) + " ms"})
 	}
@@ -217,7 +266,12 @@ func ruleD(x *facts, h *Hypothesis) {
 			}
 		}
 	}
-	if x.firstReqExcess > 0 && x.firstReqJump >= FirstRequestMemJump {
+	switch {
+	case x.lazyLoad && x.firstReqJump >= FirstRequestMemJump:
+		// The jump is the model the first request loaded (weights, KV,
+		// the runner's context), each counted by its own stage.
+		h.Evidence = append(h.Evidence, Evidence{"memory jump on first request", gb(x.firstReqJump) + ": the model loaded inside it (lazy load), not a first-time allocation"})
+	case x.firstReqExcess > 0 && x.firstReqJump >= FirstRequestMemJump:
 		h.TermMS += x.firstReqExcess
 		h.Evidence = append(h.Evidence, Evidence{"cold_1 − warm median TTFT", stat.FormatMS(x.firstReqExcess) + " ms"}, Evidence{"memory jump on first request", gb(x.firstReqJump)})
 	}
@@ -227,11 +281,22 @@ func ruleD(x *facts, h *Hypothesis) {
 // A silent start is not guessed into E: live runs get process_start
 // (spawn → first output) from the launcher, and time no stage covers
 // stays unattributed.
+//
+// A lazy server starts a runner process inside its first request and
+// reads the model's metadata and vocabulary there before any device work:
+// both are process and runtime init, so E counts them too.
 func ruleE(x *facts, h *Hypothesis) {
 	h.TermMS = stat.MS(x.dur(trace.StageProcessStart, trace.StageRuntimeInit))
 	for _, n := range []trace.Stage{trace.StageProcessStart, trace.StageRuntimeInit} {
 		if t := x.dur(n); t > 0 {
 			h.Evidence = append(h.Evidence, Evidence{string(n), stat.FormatDuration(t)})
+		}
+	}
+	if x.lazyLoad {
+		h.TermMS += stat.MS(x.lazyStart + x.lazyConfig)
+		h.Evidence = append(h.Evidence, Evidence{"first request before its load began (lazy load: scheduling, runner start)", stat.FormatDuration(x.lazyStart)})
+		if x.lazyConfig > 0 {
+			h.Evidence = append(h.Evidence, Evidence{"model metadata and vocabulary read before device work", stat.FormatDuration(x.lazyConfig)})
 		}
 	}
 }
