@@ -33,10 +33,10 @@ var TTFTBuckets = prometheus.ExponentialBuckets(0.005, 2, 18)
 // Metrics turns events into Prometheus series. It is a trace.Sink; use
 // Follow to feed it from a bus. The zero value is not usable: use New.
 type Metrics struct {
-	reg    *prometheus.Registry
-	ttft   *prometheus.HistogramVec
-	reqs   *prometheus.CounterVec
-	errs   *prometheus.CounterVec
+	reg  *prometheus.Registry
+	ttft *prometheus.HistogramVec
+	reqs *prometheus.CounterVec
+	errs *prometheus.CounterVec
 	// created is the session's wall-clock zero (read-only after New).
 	created time.Time
 
