@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/sessions/fleetmetrics"
+	"github.com/treni-top/treni-top/sessions/otelexport"
+)
+
+func newExportCmd() *cobra.Command {
+	var (
+		endpoint, protocol string
+		headers            []string
+		tokenEvents        bool
+		timeout            time.Duration
+		metricsAddr        string
+		serveFor           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "export FILE",
+		Short: "Send a recorded session to an OpenTelemetry collector (OTLP traces), or serve its /metrics",
+		Long: `export sends a session file as OTLP traces through the OpenTelemetry Go SDK:
+one trace per cold run, a cold_start root span carrying the diagnosis, a child
+span per stage with the recorded start, end and attributes, and a client span
+per probe request with gen_ai.server.time_to_first_token,
+time_per_output_token and request.duration (docs/OTEL.md has the mapping).
+
+The destination is --otlp or the standard variables
+(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES). Trace IDs derive from the session, so exporting a
+file twice sends the same IDs, and they match the traceparent its probe
+requests carried. Each run's trace ID is printed on stdout.
+
+--serve-metrics ADDR serves the session's fleet metrics (the same series a
+node agent serves) at http://ADDR/metrics for --serve-for, or until
+interrupted when --serve-for is 0.`,
+		Example: `  treni-top export session.jsonl --otlp http://127.0.0.1:4318
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc treni-top export session.jsonl
+  treni-top export session.jsonl --serve-metrics 127.0.0.1:9464 --serve-for 30s`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := sessions.Open(args[0])
+			if err != nil {
+				return withExit(2, err)
+			}
+			traces := endpoint != "" || otelexport.Enabled(nil)
+			if !traces && metricsAddr == "" {
+				return withExit(2, errors.New("nowhere to export: pass --otlp URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --serve-metrics ADDR"))
+			}
+			hdrs := map[string]string{}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return withExit(2, fmt.Errorf("bad --otlp-header %q: use key=value", h))
+				}
+				hdrs[k] = v
+			}
+			ctx := cmd.Context()
+			if traces {
+				cfg := otelexport.Config{Endpoint: endpoint, Protocol: protocol, Headers: hdrs, TokenEvents: tokenEvents,
+					FlushTimeout: timeout, Warn: cmd.ErrOrStderr()}
+				st, err := otelexport.Export(ctx, s, cfg)
+				if err != nil {
+					return withExit(2, err)
+				}
+				ids := otelexport.NewIDs(s.Header)
+				for _, run := range s.Runs() {
+					fmt.Fprintf(cmd.OutOrStdout(), "run %d: trace %s\n", run.Index, ids.TraceID(run.Index))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: exported %d of %d spans\n", st.Exported, st.Spans)
+				if !st.OK() {
+					return withExit(2, fmt.Errorf("OTLP export incomplete (is the collector up at the configured endpoint?): %w", st.Err))
+				}
+			}
+			if metricsAddr != "" {
+				return serveMetrics(ctx, cmd, s, metricsAddr, serveFor)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&endpoint, "otlp", "", "OTLP endpoint URL (default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT), e.g. http://127.0.0.1:4318")
+	f.StringVar(&protocol, "protocol", "", "http/protobuf, http/json or grpc (default: OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else http/protobuf)")
+	f.StringArrayVar(&headers, "otlp-header", nil, "extra export header key=value (repeatable; OTEL_EXPORTER_OTLP_HEADERS also works)")
+	f.BoolVar(&tokenEvents, "token-events", false, "add one span event per token to request spans")
+	f.DurationVar(&timeout, "timeout", otelexport.DefaultFlushTimeout, "bound on each export and on the final flush")
+	f.StringVar(&metricsAddr, "serve-metrics", "", "serve the session's fleet metrics at http://ADDR/metrics")
+	f.DurationVar(&serveFor, "serve-for", 0, "with --serve-metrics: stop after this long (0: until interrupted)")
+	return cmd
+}
+
+// serveMetrics serves a session's fleet metrics until d passes or ctx ends.
+func serveMetrics(ctx context.Context, cmd *cobra.Command, s *sessions.Session, addr string, d time.Duration) error {
+	srv, err := fleetmetrics.Serve(ctx, addr, fleetmetrics.FromSession(s))
+	if err != nil {
+		return withExit(2, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: serving %s\n", srv.URL())
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	} else {
+		<-ctx.Done()
+	}
+	if err := srv.Close(); err != nil {
+		return withExit(2, err)
+	}
+	return nil
+}
