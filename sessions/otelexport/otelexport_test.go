@@ -19,11 +19,19 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
+// Fixtures: a synthetic H200 session (open then closed stage spans,
+// overlapping stages) and a real one, recorded with
+// `treni-top run --headless` on the built-in engine's demo model on a
+// 2-core CPU VM.
 const fixture = "testdata/h200-builtin.jsonl"
 
-func openFixture(t *testing.T) *sessions.Session {
+var fixtures = []string{fixture, "testdata/cpu-builtin.jsonl"}
+
+func openFixture(t *testing.T) *sessions.Session { return openPath(t, fixture) }
+
+func openPath(t *testing.T, path string) *sessions.Session {
 	t.Helper()
-	s, err := sessions.Open(fixture)
+	s, err := sessions.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +77,12 @@ func wantString(t *testing.T, where string, attrs map[string]*commonpb.AnyValue,
 // OTEL_EXPORTER_OTLP_ENDPOINT set and checks every received span field by
 // field against the session and its JSON report.
 func TestExportMatchesSession(t *testing.T) {
-	s := openFixture(t)
+	for _, path := range fixtures {
+		t.Run(filepath.Base(path), func(t *testing.T) { exportMatchesSession(t, openPath(t, path)) })
+	}
+}
+
+func exportMatchesSession(t *testing.T, s *sessions.Session) {
 	col := newCollector(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.srv.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "")
@@ -106,8 +119,9 @@ func TestExportMatchesSession(t *testing.T) {
 		wantString(t, "resource", res, "treni.target.kind", sessions.TargetBuiltin)
 		wantString(t, "resource", res, "treni.target.url", s.Header.Target.URL)
 		wantString(t, "resource", res, "deployment.environment.name", "ci")
-		if g := res["treni.gpu.names"].GetArrayValue().GetValues(); len(g) != 1 || g[0].GetStringValue() != "NVIDIA H200" {
-			t.Errorf("resource treni.gpu.names = %v", g)
+		g := res["treni.gpu.names"].GetArrayValue().GetValues()
+		if len(g) != len(s.Header.GPUs) || (len(g) > 0 && g[0].GetStringValue() != s.Header.GPUs[0].Name) {
+			t.Errorf("resource treni.gpu.names = %v, header GPUs %v", g, s.Header.GPUs)
 		}
 	}
 	if len(traces) != 1 || !traces[ids.TraceID(0).String()] {
@@ -155,9 +169,21 @@ func TestExportMatchesSession(t *testing.T) {
 		a := attrMap(g.Attributes)
 		wantString(t, where, a, "treni.stage", string(sp.Name))
 		wantString(t, where, a, "treni.stage.source", sp.Source)
-		for k := range sp.Attrs {
-			want, _ := sp.Attrs.Float(k)
-			wantFloat(t, where, a, k, want)
+		for k, v := range sp.Attrs {
+			switch v := v.(type) {
+			case string:
+				wantString(t, where, a, k, v)
+			case bool:
+				if got := a[k].GetBoolValue(); got != v || a[k] == nil {
+					t.Errorf("%s: %s = %v, want %v", where, k, a[k], v)
+				}
+			default:
+				want, ok := sp.Attrs.Float(k)
+				if !ok {
+					t.Fatalf("%s: fixture attribute %s of type %T", where, k, v)
+				}
+				wantFloat(t, where, a, k, want)
+			}
 		}
 	}
 
