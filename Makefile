@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PKGS    := ./...
 
-.PHONY: run build test vet fmt fmt-check bench clean e2e-ollama
+.PHONY: run build test vet fmt fmt-check bench clean e2e-ollama e2e-otel
 
 ## run: the interactive profiler on the built-in engine's demo model
 run: build
@@ -37,6 +37,10 @@ bench:
 ## e2e-ollama: treni-top against Ollama v0.9.6 built from source (not in CI: it builds the peer)
 e2e-ollama:
 	scripts/e2e-ollama.sh
+
+## e2e-otel: OTLP export and fleet /metrics against Jaeger v2 (v1.76.0, built from the module proxy) and Prometheus (not in CI)
+e2e-otel:
+	scripts/e2e-otel.sh
 
 clean:
 	rm -rf bin

@@ -22,6 +22,7 @@ func newExportCmd() *cobra.Command {
 		timeout            time.Duration
 		metricsAddr        string
 		serveFor           time.Duration
+		idsOnly            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "export FILE",
@@ -51,6 +52,16 @@ interrupted when --serve-for is 0.`,
 			if err != nil {
 				return withExit(2, err)
 			}
+			ids := otelexport.NewIDs(s.Header)
+			printIDs := func() {
+				for _, run := range s.Runs() {
+					fmt.Fprintf(cmd.OutOrStdout(), "run %d: trace %s\n", run.Index, ids.TraceID(run.Index))
+				}
+			}
+			if idsOnly {
+				printIDs()
+				return nil
+			}
 			traces := endpoint != "" || otelexport.Enabled(nil)
 			if !traces && metricsAddr == "" {
 				return withExit(2, errors.New("nowhere to export: pass --otlp URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --serve-metrics ADDR"))
@@ -71,10 +82,7 @@ interrupted when --serve-for is 0.`,
 				if err != nil {
 					return withExit(2, err)
 				}
-				ids := otelexport.NewIDs(s.Header)
-				for _, run := range s.Runs() {
-					fmt.Fprintf(cmd.OutOrStdout(), "run %d: trace %s\n", run.Index, ids.TraceID(run.Index))
-				}
+				printIDs()
 				fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: exported %d of %d spans\n", st.Exported, st.Spans)
 				if !st.OK() {
 					return withExit(2, fmt.Errorf("OTLP export incomplete (is the collector up at the configured endpoint?): %w", st.Err))
@@ -93,6 +101,7 @@ interrupted when --serve-for is 0.`,
 	f.BoolVar(&tokenEvents, "token-events", false, "add one span event per token to request spans")
 	f.DurationVar(&timeout, "timeout", otelexport.DefaultFlushTimeout, "bound on each export and on the final flush")
 	f.StringVar(&metricsAddr, "serve-metrics", "", "serve the session's fleet metrics at http://ADDR/metrics")
+	f.BoolVar(&idsOnly, "trace-ids", false, "only print each run's trace ID (what an export sends, and what its probe requests' traceparent carried)")
 	f.DurationVar(&serveFor, "serve-for", 0, "with --serve-metrics: stop after this long (0: until interrupted)")
 	return cmd
 }

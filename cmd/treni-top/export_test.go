@@ -65,6 +65,15 @@ func TestExportCommand(t *testing.T) {
 	if !strings.Contains(errOut.String(), fmt.Sprintf("exported %d of %d spans", want, want)) {
 		t.Errorf("stderr %q", errOut.String())
 	}
+	// --trace-ids prints the same IDs without sending anything.
+	before := spans.Load()
+	ids := newRootCmd()
+	var idsOut bytes.Buffer
+	ids.SetOut(&idsOut)
+	ids.SetArgs([]string{"export", exportFixture, "--trace-ids"})
+	if err := ids.Execute(); err != nil || idsOut.String() != out.String() || spans.Load() != before {
+		t.Errorf("--trace-ids: %v, %q (export printed %q), spans sent %d", err, idsOut.String(), out.String(), spans.Load()-before)
+	}
 }
 
 func TestExportCommandErrors(t *testing.T) {
