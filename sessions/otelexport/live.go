@@ -23,6 +23,13 @@ type Live struct {
 	// run (rare: a late request) still export their own spans.
 	rooted map[int]bool
 	cur    int
+	// past holds runs whose cold window can no longer grow, so that their
+	// later samples (a fleet agent samples for days) are not kept: the
+	// diagnosis reads samples only inside the cold window.
+	past map[int]bool
+	// launch holds runs that showed a launch (a stage, a process start or
+	// a run_start marker), as sessions.Analyze decides.
+	launch map[int]bool
 }
 
 // NewLive starts exporting the events emitted on bus from now on; header
@@ -34,7 +41,7 @@ func NewLive(ctx context.Context, cfg Config, header sessions.Header, bus *trace
 	if err != nil {
 		return nil, err
 	}
-	l := &Live{x: x, sub: bus.Subscribe(), loop: make(chan struct{}), rooted: map[int]bool{}}
+	l := &Live{x: x, sub: bus.Subscribe(), loop: make(chan struct{}), rooted: map[int]bool{}, past: map[int]bool{}, launch: map[int]bool{}}
 	go l.run(ctx)
 	return l, nil
 }
@@ -60,23 +67,40 @@ func (l *Live) run(ctx context.Context) {
 }
 
 // handle exports what an event completes and keeps what the root span
-// will need (logs are dropped: no span carries them).
+// will need: logs are dropped (no span carries them), and so are samples
+// after a run's cold window has closed (its cold request finished, or a
+// request finished with no launch before it: an attached server).
 func (l *Live) handle(e trace.Event) {
 	switch e.Kind {
 	case trace.KindLog:
 		return
-	case trace.KindMarker:
-		if e.Marker.Name == trace.MarkerReplayReset {
-			l.events, l.cur = nil, 0
+	case trace.KindSample:
+		if l.past[e.Run] {
 			return
 		}
+	case trace.KindMarker:
+		switch e.Marker.Name {
+		case trace.MarkerReplayReset:
+			l.events, l.cur, l.past, l.launch = nil, 0, map[int]bool{}, map[int]bool{}
+			return
+		case trace.MarkerRunStart:
+			l.launch[e.Run] = true
+		}
+	case trace.KindProcess:
+		if e.Process.Action == trace.ProcessStart {
+			l.launch[e.Run] = true
+		}
 	case trace.KindStage:
+		l.launch[e.Run] = true
 		if !e.Stage.Open {
 			l.x.stage(e.Run, *e.Stage)
 		}
 	case trace.KindRequest:
 		if e.Request.Done {
 			l.x.request(e.Run, *e.Request)
+			if e.Request.Phase == trace.PhaseCold || !l.launch[e.Run] {
+				l.past[e.Run] = true
+			}
 		}
 	}
 	if e.Run > l.cur {
