@@ -9,7 +9,7 @@ PKGS    := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 
-.PHONY: run build test vet lint fmt fmt-check bench clean e2e-ollama
+.PHONY: run build test vet lint fmt fmt-check bench clean e2e-ollama e2e-otel
 
 ## run: the interactive profiler on the built-in engine's demo model
 run: build
@@ -47,6 +47,10 @@ bench:
 ## e2e-ollama: treni-top against Ollama v0.9.6 built from source (not in CI: it builds the peer)
 e2e-ollama:
 	scripts/e2e-ollama.sh
+
+## e2e-otel: OTLP export and fleet /metrics against Jaeger v2 (v1.76.0, built from the module proxy) and Prometheus (not in CI)
+e2e-otel:
+	scripts/e2e-otel.sh
 
 clean:
 	rm -rf bin

@@ -76,7 +76,7 @@ Plain 'treni-top' is 'treni-top run' on the built-in engine's demo model.`,
 	root.AddCommand(
 		newRunCmd(), newAttachCmd(), newReplayCmd(), newReportCmd(), newDiffCmd(),
 		newImportCmd(), newServeCmd(), newBenchCmd(), newModelCmd(), newDoctorCmd(),
-		newVersionCmd(),
+		newVersionCmd(), newExportCmd(),
 	)
 	// Plain treni-top behaves as 'treni-top run'.
 	run := newRunCmd()

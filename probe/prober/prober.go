@@ -61,6 +61,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	oteltrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -233,7 +236,21 @@ type Client struct {
 	// stamps keeps the kernel's receive timestamping on while the client
 	// lives (nil without kernel support).
 	stamps io.Closer
+	// traceCtx, when set, names the span each request propagates.
+	traceCtx TraceContextFunc
 }
+
+// TraceContextFunc gives the span context a probe request carries: the
+// span that stands for the request in the session's trace (see
+// sessions/otelexport.IDs.RequestSpanContext). An invalid context sends no
+// header.
+type TraceContextFunc func(run int, requestID string) oteltrace.SpanContext
+
+// SetTraceContext makes every request carry a W3C traceparent header (and
+// tracestate, when the context has one) for the span f names, so that a
+// traced server's request span becomes its child in the same trace. Call
+// it before the first Do.
+func (c *Client) SetTraceContext(f TraceContextFunc) { c.traceCtx = f }
 
 // New returns a client that timestamps with clock and, when sink is not
 // nil, emits a not-done Request event at the first token and the done one
@@ -318,6 +335,11 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 	for k, vs := range t.Header {
 		for _, v := range vs {
 			hreq.Header.Add(k, v)
+		}
+	}
+	if c.traceCtx != nil {
+		if sc := c.traceCtx(c.run, id); sc.IsValid() {
+			propagation.TraceContext{}.Inject(oteltrace.ContextWithSpanContext(ctx, sc), propagation.HeaderCarrier(hreq.Header))
 		}
 	}
 

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/treni-top/treni-top/probe/otlpin"
+	"github.com/treni-top/treni-top/probe/prober"
+	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/sessions/fleetmetrics"
+	"github.com/treni-top/treni-top/sessions/otelexport"
+	"github.com/treni-top/treni-top/trace"
+)
+
+func newExportCmd() *cobra.Command {
+	var (
+		endpoint, protocol string
+		headers            []string
+		tokenEvents        bool
+		timeout            time.Duration
+		metricsAddr        string
+		serveFor           time.Duration
+		idsOnly            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "export FILE",
+		Short: "Send a recorded session to an OpenTelemetry collector (OTLP traces), or serve its /metrics",
+		Long: `export sends a session file as OTLP traces through the OpenTelemetry Go SDK:
+one trace per cold run, a cold_start root span carrying the diagnosis, a child
+span per stage with the recorded start, end and attributes, and a client span
+per probe request with gen_ai.server.time_to_first_token,
+time_per_output_token and request.duration (docs/OTEL.md has the mapping).
+
+The destination is --otlp or the standard variables
+(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES). Trace IDs derive from the session, so exporting a
+file twice sends the same IDs, and they match the traceparent its probe
+requests carried. Each run's trace ID is printed on stdout.
+
+--serve-metrics ADDR serves the session's fleet metrics (the same series a
+node agent serves) at http://ADDR/metrics for --serve-for, or until
+interrupted when --serve-for is 0.`,
+		Example: `  treni-top export session.jsonl --otlp http://127.0.0.1:4318
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc treni-top export session.jsonl
+  treni-top export session.jsonl --serve-metrics 127.0.0.1:9464 --serve-for 30s`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := sessions.Open(args[0])
+			if err != nil {
+				return withExit(2, err)
+			}
+			ids := otelexport.NewIDs(s.Header)
+			printIDs := func() {
+				for _, run := range s.Runs() {
+					fmt.Fprintf(cmd.OutOrStdout(), "run %d: trace %s\n", run.Index, ids.TraceID(run.Index))
+				}
+			}
+			if idsOnly {
+				printIDs()
+				return nil
+			}
+			traces := endpoint != "" || otelexport.Enabled(nil)
+			if !traces && metricsAddr == "" {
+				return withExit(2, errors.New("nowhere to export: pass --otlp URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --serve-metrics ADDR"))
+			}
+			hdrs := map[string]string{}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return withExit(2, fmt.Errorf("bad --otlp-header %q: use key=value", h))
+				}
+				hdrs[k] = v
+			}
+			ctx := cmd.Context()
+			if traces {
+				cfg := otelexport.Config{Endpoint: endpoint, Protocol: protocol, Headers: hdrs, TokenEvents: tokenEvents,
+					FlushTimeout: timeout, Warn: cmd.ErrOrStderr()}
+				st, err := otelexport.Export(ctx, s, cfg)
+				if err != nil {
+					return withExit(2, err)
+				}
+				printIDs()
+				fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: exported %d of %d spans\n", st.Exported, st.Spans)
+				if !st.OK() {
+					return withExit(2, fmt.Errorf("OTLP export incomplete (is the collector up at the configured endpoint?): %w", st.Err))
+				}
+			}
+			if metricsAddr != "" {
+				return serveMetrics(ctx, cmd, s, metricsAddr, serveFor)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&endpoint, "otlp", "", "OTLP endpoint URL (default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT), e.g. http://127.0.0.1:4318")
+	f.StringVar(&protocol, "protocol", "", "http/protobuf, http/json or grpc (default: OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else http/protobuf)")
+	f.StringArrayVar(&headers, "otlp-header", nil, "extra export header key=value (repeatable; OTEL_EXPORTER_OTLP_HEADERS also works)")
+	f.BoolVar(&tokenEvents, "token-events", false, "add one span event per token to request spans")
+	f.DurationVar(&timeout, "timeout", otelexport.DefaultFlushTimeout, "bound on each export and on the final flush")
+	f.StringVar(&metricsAddr, "serve-metrics", "", "serve the session's fleet metrics at http://ADDR/metrics")
+	f.BoolVar(&idsOnly, "trace-ids", false, "only print each run's trace ID (what an export sends, and what its probe requests' traceparent carried)")
+	f.DurationVar(&serveFor, "serve-for", 0, "with --serve-metrics: stop after this long (0: until interrupted)")
+	return cmd
+}
+
+// serveMetrics serves a session's fleet metrics until d passes or ctx ends.
+func serveMetrics(ctx context.Context, cmd *cobra.Command, s *sessions.Session, addr string, d time.Duration) error {
+	srv, err := fleetmetrics.Serve(ctx, addr, fleetmetrics.FromSession(s))
+	if err != nil {
+		return withExit(2, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: serving %s\n", srv.URL())
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	} else {
+		<-ctx.Done()
+	}
+	if err := srv.Close(); err != nil {
+		return withExit(2, err)
+	}
+	return nil
+}
+
+// fleetOptions are the OpenTelemetry and Prometheus flags that run, attach
+// and bench share (issue 18). addFleetFlags registers them; startFleet
+// acts on them.
+type fleetOptions struct {
+	otlp        string // OTLP endpoint for live export (else the OTEL_ variables)
+	tokenEvents bool   // token arrivals as span events
+	otlpListen  string // address to receive a server's OTLP/HTTP traces on
+	metrics     string // address to serve /metrics on
+}
+
+func addFleetFlags(f *pflag.FlagSet, o *fleetOptions) {
+	f.StringVar(&o.otlp, "otlp", "", "export the session live as OTLP traces to this endpoint (OTEL_EXPORTER_OTLP_ENDPOINT alone does the same)")
+	f.BoolVar(&o.tokenEvents, "otlp-token-events", false, "with OTLP export: one span event per token")
+	f.StringVar(&o.otlpListen, "otlp-listen", "", "receive the server's own OTLP/HTTP traces on this address (e.g. 127.0.0.1:4318) and merge them into the session")
+	f.StringVar(&o.metrics, "metrics-listen", "", "serve fleet metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
+}
+
+// fleet is the OpenTelemetry and Prometheus plumbing of one live session.
+type fleet struct {
+	live   *otelexport.Live
+	recv   *otlpin.Receiver
+	srv    *fleetmetrics.Server
+	follow <-chan struct{}
+	ids    otelexport.IDs
+	stderr io.Writer
+	// cancel stops the goroutines startFleet started (they also stop when
+	// the bus closes, which is the normal end).
+	cancel context.CancelFunc
+}
+
+// startFleet starts what o asks for on a live session's bus; call it after
+// the bus exists and before the first event is emitted. run returns the
+// session's current cold run (received spans are stamped with it; nil
+// means 0). A collector that cannot be set up is a warning, never fatal;
+// an address that cannot be listened on is an error.
+func startFleet(ctx context.Context, o fleetOptions, h sessions.Header, clock trace.Clock, bus *trace.Bus, run func() int, stderr io.Writer) (*fleet, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &fleet{ids: otelexport.NewIDs(h), stderr: stderr, cancel: cancel}
+	abort := func(err error) (*fleet, error) {
+		cancel()
+		f.finish(context.Background())
+		return nil, err
+	}
+	if o.otlp != "" || otelexport.Enabled(nil) {
+		live, err := otelexport.NewLive(ctx, otelexport.Config{Endpoint: o.otlp, TokenEvents: o.tokenEvents, Warn: stderr}, h, bus)
+		if err != nil {
+			fmt.Fprintf(stderr, "treni-top: warning: no OTLP export: %v\n", err)
+		} else {
+			f.live = live
+		}
+	}
+	if o.metrics != "" {
+		m := fleetmetrics.New(h)
+		f.follow = m.Follow(ctx, bus)
+		srv, err := fleetmetrics.Serve(ctx, o.metrics, m)
+		if err != nil {
+			return abort(err)
+		}
+		f.srv = srv
+		fmt.Fprintf(stderr, "treni-top: fleet metrics at %s\n", srv.URL())
+	}
+	if o.otlpListen != "" {
+		recv, err := otlpin.Listen(ctx, o.otlpListen, clock, bus, otlpin.Options{Run: run})
+		if err != nil {
+			return abort(err)
+		}
+		f.recv = recv
+		fmt.Fprintf(stderr, "treni-top: receiving OTLP traces at %s (point the server's OTLP traces endpoint there)\n", recv.Endpoint())
+	}
+	return f, nil
+}
+
+// TraceContext is the prober's traceparent source: set it on the probe
+// clients (prober.Client.SetTraceContext) so that a traced server's
+// request spans join the session's traces. Nil when neither export nor
+// receive is on.
+func (f *fleet) TraceContext() prober.TraceContextFunc {
+	if f.live == nil && f.recv == nil {
+		return nil
+	}
+	return f.ids.RequestSpanContext
+}
+
+// stopInputs stops receiving server spans; call it before closing the bus.
+func (f *fleet) stopInputs() {
+	if f.recv != nil {
+		if err := f.recv.Close(); err != nil {
+			fmt.Fprintf(f.stderr, "treni-top: warning: OTLP receiver: %v\n", err)
+		}
+		f.recv = nil
+	}
+}
+
+// finish flushes the export (bounded by its flush timeout) and stops the
+// metrics server; call it after closing the bus.
+func (f *fleet) finish(ctx context.Context) {
+	defer f.cancel()
+	f.stopInputs()
+	if f.live != nil {
+		st := f.live.Close(ctx)
+		if st.OK() {
+			fmt.Fprintf(f.stderr, "treni-top: exported %d spans over OTLP\n", st.Exported)
+		}
+		f.live = nil
+	}
+	if f.follow != nil {
+		<-f.follow
+		f.follow = nil
+	}
+	if f.srv != nil {
+		if err := f.srv.Close(); err != nil {
+			fmt.Fprintf(f.stderr, "treni-top: warning: metrics server: %v\n", err)
+		}
+		f.srv = nil
+	}
+}
