@@ -52,8 +52,9 @@ type Live struct {
 	rec    *Recorder
 	uiSub  *trace.Subscription
 
-	mu     sync.Mutex
-	events []trace.Event
+	mu      sync.Mutex
+	events  []trace.Event
+	onClose []func() // see OnClose
 
 	wg sync.WaitGroup // recorder, collector and printer goroutines
 }
@@ -141,6 +142,13 @@ func (l *Live) Save() (string, error) {
 // returns the session as kept in memory (its events only with
 // LiveOptions.KeepEvents). The error is the file's.
 func (l *Live) Finish() (*Session, error) {
+	l.mu.Lock()
+	onClose := l.onClose
+	l.onClose = nil
+	l.mu.Unlock()
+	for _, f := range onClose {
+		f()
+	}
 	l.Bus.Close()
 	l.wg.Wait()
 	var err error
@@ -152,6 +160,15 @@ func (l *Live) Finish() (*Session, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return &Session{Header: l.header, Events: l.events}, err
+}
+
+// OnClose registers f to run in Finish before the bus closes: what
+// publishes on the bus from outside the runner (an OTLP receiver) stops
+// there, so nothing publishes on a closed bus.
+func (l *Live) OnClose(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onClose = append(l.onClose, f)
 }
 
 // Runner is what a live session drives: probe/runner's Runner.

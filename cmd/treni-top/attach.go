@@ -59,12 +59,11 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 		Kind: sessions.TargetAttach, ServerKind: o.kind, URL: rawURL, Model: o.reqModel, Device: device,
 	})
 	h.GPUs = gpus
-	l, err := startLive(&o.liveOptions, h, "attach", stderr)
+	l, err := startLive(ctx, &o.liveOptions, h, "attach", clock, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	pr := newProber(&o.liveOptions, l.Bus, clock)
-	defer pr.Close()
+	defer l.close(ctx)
 	samplers := runner.NewSamplers(nil)
 	defer samplers.Close()
 	r, err := runner.New(runner.Config{
@@ -73,8 +72,9 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
 			return launch.Attach(ctx, spec, l.Bus, clock, run)
 		}),
-		Prober:            pr,
+		Prober:            l.prober,
 		Samplers:          samplers.Build,
+		ServerMetrics:     true,
 		Attached:          true,
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,
@@ -87,6 +87,7 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 		_, _ = l.Finish()
 		return withExit(2, err)
 	}
+	l.runner.Store(r)
 	samplers.Emit(l.Bus, clock)
-	return drive(ctx, &o.liveOptions, r, l, clock, stdout, stderr)
+	return drive(ctx, &o.liveOptions, r, l.Live, clock, stdout, stderr)
 }

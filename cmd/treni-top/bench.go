@@ -22,6 +22,7 @@ import (
 
 // benchOptions are bench's flags.
 type benchOptions struct {
+	fleet                  fleetOptions
 	url, model, endpoint   string
 	workload, workloadFile string
 	numRequests            int
@@ -78,6 +79,7 @@ with --json.`,
 		},
 	}
 	f := cmd.Flags()
+	addFleetFlags(f, &o.fleet)
 	f.StringVar(&o.url, "url", "", "the server's base URL, e.g. http://127.0.0.1:8000 (required)")
 	f.StringVar(&o.model, "model", "", "model name to request (default: the first one /v1/models lists)")
 	f.StringVar(&o.endpoint, "endpoint", "chat", "API: chat (/v1/chat/completions) or completions (/v1/completions)")
@@ -177,6 +179,14 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	if err != nil {
 		return withExit(2, err)
 	}
+	// OTLP export and fleet metrics of the bench's bus, as for run.
+	fl, err := startFleet(ctx, o.fleet, h, clock, l.Bus, func() int { return 0 }, stderr)
+	if err != nil {
+		_, _ = l.Finish()
+		return withExit(2, err)
+	}
+	l.OnClose(fl.stopInputs)
+	defer fl.finish(context.WithoutCancel(ctx))
 
 	progress := &load.Progress{}
 	stopProgress := func() {}

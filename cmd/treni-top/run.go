@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -86,6 +87,7 @@ func addLiveFlags(cmd *cobra.Command, o *liveOptions) {
 	f.BoolVar(&o.keepRunning, "keep-running", false, "with --headless: keep sampling after the warm requests until interrupted")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for the target to become healthy")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGINT and SIGKILL when stopping the target")
+	addFleetFlags(f, &o.fleet)
 }
 
 func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -169,12 +171,11 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	if label == "" || label == string(serverlog.KindUnknown) {
 		label = filepath.Base(spec.Command[0])
 	}
-	l, err := startLive(&o.liveOptions, h, label, stderr)
+	l, err := startLive(ctx, &o.liveOptions, h, label, clock, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	pr := newProber(&o.liveOptions, l.Bus, clock)
-	defer pr.Close()
+	defer l.close(ctx)
 	samplers := runner.NewSamplers(wf.Get)
 	defer samplers.Close()
 	r, err := runner.New(runner.Config{
@@ -183,8 +184,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
 			return launch.Start(ctx, spec, l.Bus, clock, run)
 		}),
-		Prober:            pr,
+		Prober:            l.prober,
 		Samplers:          samplers.Build,
+		ServerMetrics:     true,
 		WeightFiles:       wf.Get,
 		PageCache:         runner.PageCacheFuncs{},
 		EvictPageCache:    o.evict,
@@ -199,8 +201,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		_, _ = l.Finish()
 		return withExit(2, err)
 	}
+	l.runner.Store(r)
 	samplers.Emit(l.Bus, clock)
-	return drive(ctx, &o.liveOptions, r, l, clock, stdout, stderr)
+	return drive(ctx, &o.liveOptions, r, l.Live, clock, stdout, stderr)
 }
 
 // check validates the numbers.
@@ -260,6 +263,7 @@ type liveOptions struct {
 	reqModel    string
 	timeout     time.Duration
 	grace       time.Duration
+	fleet       fleetOptions
 }
 
 // defaultPrompt is the fixed prompt of the cold sequence: the same text
@@ -288,10 +292,22 @@ func interactive() bool {
 	return isatty.IsTerminal(os.Stdout.Fd()) && isatty.IsTerminal(os.Stdin.Fd())
 }
 
+// liveSession is a live session with what feeds it from outside the
+// runner: the prober and the fleet outputs (OTLP export and receive, fleet
+// metrics; cmd/treni-top/export.go).
+type liveSession struct {
+	*sessions.Live
+	prober *runner.HTTPProber
+	fleet  *fleet
+	runner atomic.Pointer[runner.Runner]
+}
+
 // startLive resolves headless (no terminal means headless) and starts the
 // live session: recorded unless --no-record, the headless transcript on
-// stderr, a subscription for the TUI otherwise.
-func startLive(o *liveOptions, h sessions.Header, label string, stderr io.Writer) (*sessions.Live, error) {
+// stderr, the fleet outputs the flags or OTEL_ variables ask for, and the
+// prober (carrying a traceparent when traces are exported or received).
+// close releases them once the session is finished.
+func startLive(ctx context.Context, o *liveOptions, h sessions.Header, label string, clock trace.Clock, stderr io.Writer) (*liveSession, error) {
 	if !o.headless && !interactive() {
 		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
 		o.headless = true
@@ -300,7 +316,36 @@ func startLive(o *liveOptions, h sessions.Header, label string, stderr io.Writer
 	if o.headless {
 		lo.Progress = stderr
 	}
-	return sessions.StartLive(h, lo)
+	l, err := sessions.StartLive(h, lo)
+	if err != nil {
+		return nil, err
+	}
+	ls := &liveSession{Live: l}
+	fl, err := startFleet(ctx, o.fleet, h, clock, l.Bus, ls.runIndex, stderr)
+	if err != nil {
+		_, _ = l.Finish()
+		return nil, err
+	}
+	ls.fleet = fl
+	l.OnClose(fl.stopInputs)
+	ls.prober = newProber(o, l.Bus, clock)
+	ls.prober.TraceContext = fl.TraceContext()
+	return ls, nil
+}
+
+// runIndex is the runner's current run, for spans received from the server.
+func (ls *liveSession) runIndex() int {
+	if r := ls.runner.Load(); r != nil {
+		return r.RunIndex()
+	}
+	return 0
+}
+
+// close releases the prober and flushes the fleet outputs; the session
+// (its bus) must be finished first.
+func (ls *liveSession) close(ctx context.Context) {
+	ls.prober.Close()
+	ls.fleet.finish(context.WithoutCancel(ctx))
 }
 
 // drive runs the runner under the TUI, or headless, then prints the report

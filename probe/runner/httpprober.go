@@ -33,6 +33,10 @@ type HTTPProber struct {
 	// ColdTimeout bounds the cold request (a lazy server loads its model
 	// in it); warm requests get WarmTimeout. Zero: prober's defaults.
 	ColdTimeout, WarmTimeout time.Duration
+	// TraceContext, when set, puts a W3C traceparent on every request so
+	// a traced server's request spans join the session's trace (see
+	// sessions/otelexport).
+	TraceContext prober.TraceContextFunc
 
 	mu     sync.Mutex
 	models map[string]string // base URL → discovered model
@@ -51,6 +55,9 @@ func (h *HTTPProber) clientFor(run int) *prober.Client {
 			h.client.Close()
 		}
 		h.client, h.clientRun = prober.New(h.Clock, h.Sink, run), run
+		if h.TraceContext != nil {
+			h.client.SetTraceContext(h.TraceContext)
+		}
 	}
 	return h.client
 }
