@@ -7,7 +7,9 @@
 #      ml/backend/ggml/ggml, made on the development machine), and lay them
 #      out as Ollama's Linux distribution does: bin/ollama,
 #      lib/ollama/libggml-base.so, lib/ollama/cuda_v12/libggml-cuda.so;
-#   2. import a Qwen2-architecture synth checkpoint with `ollama create`;
+#   2. import a Qwen2-architecture synth checkpoint with `ollama create`
+#      (1.7b by default: 3.5 GB, so that reading it from storage outweighs
+#      the runner start when the page cache is cold);
 #   3. `treni-top run --headless --json -- ollama serve` twice: page cache
 #      warm, then with --evict-page-cache (diagnosis must name A);
 #   4. check each session (scripts/ollama_session_check.py --gpu): stages
@@ -22,7 +24,7 @@ OLLAMA=$(realpath "${OLLAMA:?OLLAMA=path to an ollama v0.9.6 binary}")
 SRC=$(realpath "${SRC:?SRC=path to the ggml source tarball}")
 OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/treni-ollama}
-PRESET=${PRESET:-0.6b}
+PRESET=${PRESET:-1.7b}
 mkdir -p "$OUT/res" "$WORK"
 RES=$OUT/res
 LOG=$RES/gpu-ollama.log
