@@ -1,7 +1,6 @@
 package otelexport
 
 import (
-	"bytes"
 	"compress/gzip"
 	"encoding/hex"
 	"io"
@@ -96,4 +95,3 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 
 func hexID(b []byte) string { return hex.EncodeToString(b) }
 
-func bytesEqual(a, b []byte) bool { return bytes.Equal(a, b) }
