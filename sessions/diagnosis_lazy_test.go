@@ -15,7 +15,8 @@ import (
 // start and its metadata/vocabulary read are E's, and the evicted run's
 // disk read is A's. On this machine the disk read (0.45 s more upload than
 // warm) is smaller than the runner's start and metadata read, so E stays
-// dominant and A contributes; a larger model makes A dominant.
+// dominant and A contributes. With a 1.7B-shaped model (3.09 GB) the disk
+// read is the largest term when evicted: A dominant (48%), E contributes.
 func TestDiagnoseLazyLoaderOnGPU(t *testing.T) {
 	for _, c := range []struct {
 		file        string
@@ -27,6 +28,9 @@ func TestDiagnoseLazyLoaderOnGPU(t *testing.T) {
 	}{
 		{"ollama-gpu-0.6b-warm.jsonl.gz", "E", nil, true, 0.5, "first request before its load began"},
 		{"ollama-gpu-0.6b-evicted.jsonl.gz", "E", []string{"A"}, true, 0.4, "model metadata and vocabulary"},
+		// 1.7B-shaped (3.09 GB): evicted, the disk read is the largest term.
+		{"ollama-gpu-1.7b-warm.jsonl.gz", "E", []string{"B"}, true, 0.4, "first request before its load began"},
+		{"ollama-gpu-1.7b-evicted.jsonl.gz", "A", []string{"E"}, true, 0.25, "model metadata and vocabulary"},
 	} {
 		s, err := Open("testdata/" + c.file)
 		if err != nil {

@@ -94,4 +94,3 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 }
 
 func hexID(b []byte) string { return hex.EncodeToString(b) }
-
