@@ -46,10 +46,6 @@ func NewLive(ctx context.Context, cfg Config, header sessions.Header, bus *trace
 	return l, nil
 }
 
-// IDs are the IDs this export gives spans: hand IDs.RequestSpanContext to
-// the prober so that servers see the same trace in their traceparent.
-func (l *Live) IDs() IDs { return l.x.ids }
-
 func (l *Live) run(ctx context.Context) {
 	defer close(l.loop)
 	for {
