@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/guptarohit/asciigraph"
@@ -445,7 +446,7 @@ func (c *programContext) chart(ch chart, w, h int) []string {
 	}
 	title := chartTitle(c.theme, ch)
 	if c.charts != nil {
-		if m, ok := c.charts[ch.label]; ok && m.w == w && m.h == h && m.now == title && equalFloats(m.data, data) {
+		if m, ok := c.charts[ch.label]; ok && m.w == w && m.h == h && m.now == title && slices.Equal(m.data, data) {
 			return m.lines
 		}
 	}
@@ -454,18 +455,6 @@ func (c *programContext) chart(ch chart, w, h int) []string {
 		c.charts[ch.label] = chartMemo{w: w, h: h, now: title, data: append([]float64(nil), data...), lines: lines}
 	}
 	return lines
-}
-
-func equalFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // chartTitle is the label, the axis' unit in parentheses and the current

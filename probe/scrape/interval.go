@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"math"
+	"slices"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -96,7 +97,7 @@ func deltaHist(prev, cur *Hist) *Hist {
 	reset := cur.Count < prev.Count ||
 		(cur.HasSum && prev.HasSum && cur.Sum < prev.Sum) ||
 		cur.HasBuckets != prev.HasBuckets ||
-		(cur.HasBuckets && !sameBounds(cur.Bounds, prev.Bounds))
+		(cur.HasBuckets && !slices.Equal(cur.Bounds, prev.Bounds))
 	d := &Hist{HasSum: cur.HasSum && prev.HasSum, HasBuckets: cur.HasBuckets, Bounds: cur.Bounds}
 	if !reset {
 		d.Count, d.Sum = cur.Count-prev.Count, cur.Sum-prev.Sum

@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -267,7 +268,7 @@ func sumHist(ms []*dto.Metric) *Hist {
 		out.Count += one.Count
 		out.Sum += one.Sum
 		out.HasSum = out.HasSum && one.HasSum
-		if out.HasBuckets && one.HasBuckets && sameBounds(out.Bounds, one.Bounds) {
+		if out.HasBuckets && one.HasBuckets && slices.Equal(out.Bounds, one.Bounds) {
 			for i := range out.Cum {
 				out.Cum[i] += one.Cum[i]
 			}
@@ -317,16 +318,4 @@ func countOf(f float64, u uint64) float64 {
 		return f
 	}
 	return float64(u)
-}
-
-func sameBounds(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
