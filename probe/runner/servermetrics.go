@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/treni-top/treni-top/probe/scrape"
 	"github.com/treni-top/treni-top/trace"
@@ -13,22 +14,34 @@ import (
 // started once the target is healthy, stopped with the target (a new cold
 // run has a new server and new counters) or when Run's context ends.
 type scraper struct {
-	mu      sync.Mutex
-	cancel  context.CancelFunc
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	// final takes the last reading once the goroutine has ended, so the
+	// interval since the last tick (a short run may have no other) is
+	// recorded before the target goes away.
+	final   func()
 	wg      sync.WaitGroup
 	refused bool // the "no metrics page" marker was emitted this session
 }
 
-// stop ends the current scrape goroutine and waits for it.
+// finalScrapeTimeout bounds the last reading: a server that stopped
+// answering must not hold up its own shutdown.
+const finalScrapeTimeout = 2 * time.Second
+
+// stop ends the current scrape goroutine, waits for it, and takes the
+// last reading.
 func (s *scraper) stop() {
 	s.mu.Lock()
-	c := s.cancel
-	s.cancel = nil
+	c, final := s.cancel, s.final
+	s.cancel, s.final = nil, nil
 	s.mu.Unlock()
 	if c != nil {
 		c()
 	}
 	s.wg.Wait()
+	if final != nil {
+		final()
+	}
 }
 
 // wait waits for a goroutine whose context has already ended.
@@ -61,8 +74,19 @@ func (r *Runner) startScraper(ctx context.Context, run int, t Target) {
 		return
 	}
 	r.marker(run, scrape.MarkerServerMetrics, trace.Attrs{"enabled": true, "family": string(s.Family()), "url": s.URL()})
+	final := func() {
+		fctx, done := context.WithTimeout(context.WithoutCancel(ctx), finalScrapeTimeout)
+		defer done()
+		samples, err := s.Sample(fctx)
+		if err != nil {
+			return
+		}
+		for i := range samples {
+			r.emit(trace.Event{Kind: trace.KindSample, Run: run, Sample: &samples[i]})
+		}
+	}
 	r.scrape.mu.Lock()
-	r.scrape.cancel = cancel
+	r.scrape.cancel, r.scrape.final = cancel, final
 	r.scrape.wg.Add(1)
 	r.scrape.mu.Unlock()
 	go func() {

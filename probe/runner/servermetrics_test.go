@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -51,6 +52,12 @@ func (s *serverSink) samples() []trace.Sample {
 // warm request waits until wait returns.
 func runWithServer(t *testing.T, h http.Handler, wait func(ctx context.Context, s *serverSink)) *serverSink {
 	t.Helper()
+	return runWithServerEvery(t, h, time.Millisecond, wait)
+}
+
+// runWithServerEvery is runWithServer with the scrape interval given.
+func runWithServerEvery(t *testing.T, h http.Handler, every time.Duration, wait func(ctx context.Context, s *serverSink)) *serverSink {
+	t.Helper()
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	s := &serverSink{seen: make(chan struct{})}
@@ -67,7 +74,7 @@ func runWithServer(t *testing.T, h http.Handler, wait func(ctx context.Context, 
 		Repeat:                1,
 		ExitAfterSequence:     true,
 		ServerMetrics:         true,
-		ServerMetricsInterval: time.Millisecond,
+		ServerMetricsInterval: every,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +121,41 @@ func TestRunnerScrapesServerMetrics(t *testing.T) {
 	n := scrapes.Load()
 	if after := len(s.samples()); after != len(got) || scrapes.Load() != n {
 		t.Errorf("scraping went on after Run returned")
+	}
+}
+
+// TestRunnerTakesFinalServerReading: requests served after the last tick
+// are still recorded, because stopping the target takes one last reading.
+// The interval is an hour, so the only tick is the first one (which the
+// requests wait for); the final reading alone must carry their TTFTs.
+func TestRunnerTakesFinalServerReading(t *testing.T) {
+	var served atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		n := served.Load()
+		fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"+
+			"# TYPE vllm:time_to_first_token_seconds histogram\n"+
+			"vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\n"+
+			"vllm:time_to_first_token_seconds_sum %g\nvllm:time_to_first_token_seconds_count %d\n", n, n, 0.05*float64(n), n)
+	})
+	var requests int64
+	s := runWithServerEvery(t, h, time.Hour, func(ctx context.Context, s *serverSink) {
+		select {
+		case <-s.seen:
+		case <-ctx.Done():
+		}
+		served.Add(1)
+		requests++
+	})
+	var counted float64
+	for _, sm := range s.samples() {
+		counted += sm.Values[trace.MetricServerTTFTCount]
+	}
+	if requests == 0 || counted != float64(requests) {
+		t.Fatalf("server samples count %v first tokens, the server served %d", counted, requests)
 	}
 }
 
