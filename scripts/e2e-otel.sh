@@ -164,12 +164,15 @@ TRACE=$("$TT" export "$OUT/session.jsonl" --trace-ids | awk '/^run 0: trace/ {pr
 [[ ${#TRACE} -eq 32 ]] || fail "no trace ID from treni-top export"
 
 sleep 1
-if curl -sf "http://127.0.0.1:$QUERY/api/v3/traces/$TRACE" -o /dev/null; then
-	say "the run exported trace $TRACE live"
-else
-	say "the run did not export live (run/attach wiring pending); sending the recorded session: treni-top export (OTLP/HTTP)"
-	"$TT" export "$OUT/session.jsonl" | tee "$OUT/export.out"
-fi
+# The run exported live (OTEL_EXPORTER_OTLP_ENDPOINT alone turns it on);
+# Jaeger may index the trace a moment after the run's final flush.
+for _ in $(seq 1 50); do
+	curl -sf "http://127.0.0.1:$QUERY/api/v3/traces/$TRACE" -o /dev/null && break
+	sleep 0.2
+done
+curl -sf "http://127.0.0.1:$QUERY/api/v3/traces/$TRACE" -o /dev/null ||
+	fail "the run did not export trace $TRACE live"
+say "the run exported trace $TRACE live"
 say "sending the copy over OTLP/gRPC"
 OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$OTLP_GRPC OTEL_EXPORTER_OTLP_PROTOCOL=grpc "$TT" export "$OUT/session-grpc.jsonl" | tee "$OUT/export-grpc.out"
 TRACE_GRPC=$(awk '/^run 0: trace/ {print $4}' "$OUT/export-grpc.out")
