@@ -136,6 +136,12 @@ type RunFacts struct {
 	// UntimedLog is true for an imported log none of whose lines carried a
 	// timestamp.
 	UntimedLog bool `json:"untimed_log,omitempty"`
+	// ServerTTFTMeanMS is the server's own mean TTFT over the run's
+	// requests (its /metrics histogram), over ServerTTFTCount first tokens;
+	// ServerQueueMeanMS its mean queue time. Zero when not scraped.
+	ServerTTFTMeanMS  float64 `json:"server_ttft_mean_ms,omitempty"`
+	ServerTTFTCount   float64 `json:"server_ttft_count,omitempty"`
+	ServerQueueMeanMS float64 `json:"server_queue_mean_ms,omitempty"`
 }
 
 // Diagnose evaluates the decision table on the last cold run of events.

@@ -39,6 +39,9 @@ type factCollector struct {
 	read, cached   reading       // IO read bytes, system page cache, over the cold window
 	gpu            reading       // GPU memory over the cold window
 	gpuReq, rssReq reading       // GPU memory and RSS during the cold request
+	// The server's own view (probe/scrape): TTFT sum and count, queue-time
+	// readings, over the whole run.
+	srvTTFTSum, srvTTFTN, srvQueueSum, srvQueueN float64
 }
 
 // inWindow: at lies in the run's cold window.
@@ -68,6 +71,13 @@ func collectFacts(events []trace.Event, run Run) RunFacts {
 		}
 	}
 	f := c.f
+	if c.srvTTFTN > 0 {
+		f.ServerTTFTCount = c.srvTTFTN
+		f.ServerTTFTMeanMS = 1000 * c.srvTTFTSum / c.srvTTFTN
+	}
+	if c.srvQueueN > 0 {
+		f.ServerQueueMeanMS = 1000 * c.srvQueueSum / c.srvQueueN
+	}
 	if f.ResidentBefore < 0 && c.firstRes != nil {
 		f.ResidentBefore = c.firstRes.Values[trace.MetricResidentBytes] / c.firstRes.Values[trace.MetricWeightBytes]
 	}
@@ -136,6 +146,19 @@ func (c *factCollector) sample(e *trace.Event) {
 		}
 		if x, ok := v[trace.MetricRSS]; ok && c.inColdRequest(e.At) {
 			c.rssReq.add(x)
+		}
+	case s.Source == trace.SourceServer:
+		// Interval means weighted by the interval's first tokens give the
+		// run's mean; queue time has no count, so its readings are averaged.
+		if n := v[trace.MetricServerTTFTCount]; n > 0 {
+			if m, ok := v[trace.MetricServerTTFTMean]; ok {
+				c.srvTTFTSum += m * n
+				c.srvTTFTN += n
+			}
+		}
+		if q, ok := v[trace.MetricServerQueueMean]; ok {
+			c.srvQueueSum += q
+			c.srvQueueN++
 		}
 	case strings.HasPrefix(s.Source, "gpu"):
 		c.f.HaveGPU = true

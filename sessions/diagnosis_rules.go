@@ -323,6 +323,7 @@ func ruleF(x *facts, h *Hypothesis) {
 		}
 		pts = append(pts, point{n, stat.MS(q.FirstToken)})
 	}
+	defer func() { h.Evidence = append(h.Evidence, serverView(x)...) }()
 	if len(pts) < 8 {
 		h.Verdict = VerdictInsufficient
 		h.Missing = []string{"load at several concurrencies (treni-top bench)"}
@@ -359,4 +360,31 @@ func ruleF(x *facts, h *Hypothesis) {
 	default:
 		h.Verdict = VerdictRuledOut
 	}
+}
+
+// serverView is F's evidence from the server's own metrics: its TTFT
+// beside the client's over the same run — what the server's timer does not
+// see (network, HTTP, tokenization before admission) is the difference —
+// and its queue time, the queueing F is about.
+func serverView(x *facts) []Evidence {
+	var ev []Evidence
+	if x.ServerTTFTCount > 0 {
+		var sum float64
+		n := 0
+		for _, q := range x.run.Requests {
+			if q.OK() && q.FirstToken > 0 {
+				sum += stat.MS(q.FirstToken)
+				n++
+			}
+		}
+		ev = append(ev, Evidence{"server TTFT (its /metrics)", fmt.Sprintf("%s ms mean over %.0f first tokens", stat.FormatMS(x.ServerTTFTMeanMS), x.ServerTTFTCount)})
+		if n > 0 {
+			client := sum / float64(n)
+			ev = append(ev, Evidence{"client TTFT − server TTFT", fmt.Sprintf("%s ms (client %s ms mean over %d requests): outside the server's timer", stat.FormatMS(client-x.ServerTTFTMeanMS), stat.FormatMS(client), n)})
+		}
+	}
+	if x.ServerQueueMeanMS > 0 {
+		ev = append(ev, Evidence{"server queue time", stat.FormatMS(x.ServerQueueMeanMS) + " ms mean"})
+	}
+	return ev
 }

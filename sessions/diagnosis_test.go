@@ -155,3 +155,31 @@ func dump(d Diagnosis) string {
 	}
 	return b.String()
 }
+
+// TestServerViewInF: samples of the server's own /metrics put its TTFT
+// beside the client's in F's evidence, weighted by each interval's first
+// tokens, with the difference the server's timer does not see.
+func TestServerViewInF(t *testing.T) {
+	ev := scenario{stages: base(stageDur{trace.StagePageCache, 50}), residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}.events()
+	// Client TTFTs: 20 (cold) and five warm at 15 or 15.3: mean 15.93 ms.
+	// Server intervals: 2 first tokens at 12 ms, 4 at 9 ms → 10 ms mean.
+	for i, iv := range []struct{ mean, n, queue float64 }{{0.012, 2, 0.001}, {0.009, 4, 0.003}} {
+		ev = append(ev, trace.Event{At: d(1000 + 1000*float64(i)), Kind: trace.KindSample, Sample: &trace.Sample{Source: trace.SourceServer,
+			Values: map[string]float64{trace.MetricServerTTFTMean: iv.mean, trace.MetricServerTTFTCount: iv.n, trace.MetricServerQueueMean: iv.queue}}})
+	}
+	trace.SortEvents(ev)
+	d := Diagnose(ev)
+	if d.Facts.ServerTTFTMeanMS < 9.999 || d.Facts.ServerTTFTMeanMS > 10.001 || d.Facts.ServerTTFTCount != 6 || d.Facts.ServerQueueMeanMS < 1.999 || d.Facts.ServerQueueMeanMS > 2.001 {
+		t.Fatalf("facts %+v", d.Facts)
+	}
+	f, _ := d.Hypothesis("F")
+	got := map[string]string{}
+	for _, e := range f.Evidence {
+		got[e.Name] = e.Value
+	}
+	if !strings.HasPrefix(got["server TTFT (its /metrics)"], "10.0 ms mean over 6") ||
+		!strings.HasPrefix(got["client TTFT − server TTFT"], "5.93 ms (client 15.9 ms mean over 6 requests)") ||
+		!strings.HasPrefix(got["server queue time"], "2.00 ms") {
+		t.Errorf("F evidence %v", got)
+	}
+}
