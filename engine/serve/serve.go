@@ -128,6 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	if mainStart.IsZero() {
 		mainStart = runStart
 	}
+	procStart := mainStart // for /metrics when /proc says nothing
 	if ps, err := ProcessStart(); err != nil {
 		em.log.Printf("process_start not reported: %v", err)
 	} else {
@@ -135,6 +136,7 @@ func Run(ctx context.Context, o Options) error {
 			ps = mainStart // tick rounding never puts exec after main
 		}
 		em.stage(trace.StageProcessStart, ps, mainStart, trace.Attrs{"source": "/proc/self/stat starttime"})
+		procStart = ps
 	}
 
 	// runtime_init: flags (parsed by the caller since MainStart) and options.
@@ -269,7 +271,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	// http_ready: listener start → our own /health answers.
-	srv, err := server.New(s, tok, server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log,
+	srv, err := server.New(s, tok, server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
 		FirstRequest: func(arrived, first time.Time, promptTokens int) {
 			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
 		}})

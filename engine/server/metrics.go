@@ -29,6 +29,10 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	counter := func(name, help string, v float64) {
 		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=%s} %s\n", name, help, name, name, model, num(v))
 	}
+	if ps := srv.opt.ProcessStart; !ps.IsZero() {
+		fmt.Fprintf(b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %s\n",
+			num(float64(ps.UnixNano())/1e9))
+	}
 	gauge("treni_num_requests_running", "Requests in the running batch.", float64(m.Running))
 	gauge("treni_num_requests_waiting", "Requests queued for admission.", float64(m.Waiting))
 	gauge("treni_kv_blocks_used", "KV cache blocks held by sequences (a shared prefix block counts once).", float64(m.KVUsed))

@@ -59,6 +59,10 @@ type Options struct {
 	// generated, and its prompt length. serve reports it as the
 	// first_request stage.
 	FirstRequest func(arrived, firstToken time.Time, promptTokens int)
+	// ProcessStart, when set, is exported as process_start_time_seconds
+	// (the standard Prometheus name), so a client can tell a freshly
+	// started server from a warm one (treni-top bench's cold check).
+	ProcessStart time.Time
 }
 
 // Server serves the API for one model. Create it with New.
