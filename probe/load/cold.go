@@ -1,11 +1,11 @@
 package load
 
 import (
-	"github.com/treni-top/treni-top/trace/stat"
 	"math"
 	"sort"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // ColdRequest is a measured request the bench flags as cold: one of the
