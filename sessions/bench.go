@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -26,6 +27,12 @@ type BenchRun struct {
 	ITL           Stats   `json:"itl_ms"`
 	TPOT          Stats   `json:"tpot_ms"`
 	E2E           Stats   `json:"e2e_ms"`
+	// ColdRequests are the ids of the run's leading requests whose TTFT
+	// lies far outside the later half's spread (stat.LeadingOutliers): a
+	// cold engine inside the measured sample. ColdThresholdMS is the TTFT
+	// above which they count as cold.
+	ColdRequests    []string `json:"cold_requests,omitempty"`
+	ColdThresholdMS float64  `json:"cold_threshold_ms,omitempty"`
 }
 
 // BenchRuns finds the load runs in a session's events.
@@ -69,6 +76,7 @@ func BenchRuns(events []trace.Event) []BenchRun {
 
 func fillBench(b *BenchRun, reqs []trace.Request) {
 	var ttft, itl, tpot, e2e []float64
+	var ok []trace.Request // successful, for the cold check
 	var out int
 	last := b.Start
 	for _, q := range reqs {
@@ -81,6 +89,9 @@ func fillBench(b *BenchRun, reqs []trace.Request) {
 			continue
 		}
 		out += q.OutputTokens()
+		if q.FirstToken > 0 {
+			ok = append(ok, q)
+		}
 		if end := q.Sent + q.End; end > last {
 			last = end
 		}
@@ -97,6 +108,17 @@ func fillBench(b *BenchRun, reqs []trace.Request) {
 		b.ReqPerS = float64(b.Requests-b.Errors) / d
 	}
 	b.TTFT, b.ITL, b.TPOT, b.E2E = stat.Summarize(ttft), stat.Summarize(itl), stat.Summarize(tpot), stat.Summarize(e2e)
+	sort.SliceStable(ok, func(i, j int) bool { return ok[i].Sent < ok[j].Sent })
+	sent := make([]float64, len(ok))
+	for i, q := range ok {
+		sent[i] = stat.MS(q.FirstToken)
+	}
+	if lead, _, thr, judged := stat.LeadingOutliers(sent); judged && len(lead) > 0 {
+		for _, i := range lead {
+			b.ColdRequests = append(b.ColdRequests, ok[i].ID)
+		}
+		b.ColdThresholdMS = thr
+	}
 }
 
 // writeBenchMarkdown renders load runs as the serving benchmark log's
@@ -134,5 +156,12 @@ func writeBenchMarkdown(b *strings.Builder, runs []BenchRun) {
 	row("TPOT P50 (ms)", func(r BenchRun) string { return stat.FormatMS(r.TPOT.Median) })
 	row("Latency P50 (s)", func(r BenchRun) string { return fmt.Sprintf("%.3f", r.E2E.Median/1000) })
 	row("Errors", func(r BenchRun) string { return fmt.Sprint(r.Errors) })
+	row("Cold requests", func(r BenchRun) string { return fmt.Sprint(len(r.ColdRequests)) })
 	b.WriteString("\n")
+	for _, r := range shown {
+		if len(r.ColdRequests) > 0 {
+			fmt.Fprintf(b, "\n%s #%d: the first %d request(s) (%s) took longer than %s ms to the first token, far outside the rest's spread: a cold engine inside the measured sample. Run the bench with `--warmup-runs 1` to keep it out.\n",
+				r.Workload, r.Run, len(r.ColdRequests), strings.Join(r.ColdRequests, ", "), stat.FormatMS(r.ColdThresholdMS))
+		}
+	}
 }

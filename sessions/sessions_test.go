@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -513,5 +514,37 @@ func TestBenchSessionHasNoColdStart(t *testing.T) {
 	md := BuildReport(s).Markdown()
 	if strings.Contains(md, "Cold start") || !strings.Contains(md, "Load runs") || !strings.Contains(md, "baseline #1") {
 		t.Fatalf("bench report:\n%s", md)
+	}
+}
+
+// TestRecordedBenchFlagsColdRequests: report on a recorded bench session
+// applies the same cold-contamination rule as the live bench: the first two
+// of eight requests at 2 s to first token against 100 ms for the rest are
+// named, with the advice; the same run without them flags nothing.
+func TestRecordedBenchFlagsColdRequests(t *testing.T) {
+	bench := func(firstTTFT time.Duration) []trace.Event {
+		evs := []trace.Event{{At: 10 * ms, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchStart, Attrs: trace.Attrs{"workload": "baseline", "run": 1.0, "warmup": false}}}}
+		for i := 0; i < 8; i++ {
+			sent := time.Duration(20+i*3000) * ms
+			ttft := 100 * ms
+			if i < 2 {
+				ttft = firstTTFT
+			}
+			evs = append(evs, trace.Event{At: sent + ttft + 10*ms, Kind: trace.KindRequest, Request: &trace.Request{ID: "r" + strconv.Itoa(i), Phase: trace.PhaseBench, Sent: sent,
+				FirstToken: ttft, Tokens: []time.Duration{ttft, ttft + 10*ms}, End: ttft + 10*ms, CompletionTokens: 2, Done: true}})
+		}
+		return append(evs, trace.Event{At: 25 * time.Second, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchEnd, Attrs: trace.Attrs{"workload": "baseline"}}})
+	}
+	br := BenchRuns(bench(2 * time.Second))
+	if len(br) != 1 || !slices.Equal(br[0].ColdRequests, []string{"r0", "r1"}) || br[0].ColdThresholdMS != 400 {
+		t.Fatalf("cold requests %v above %v ms, want r0, r1 above 400", br[0].ColdRequests, br[0].ColdThresholdMS)
+	}
+	var b strings.Builder
+	writeBenchMarkdown(&b, br)
+	if !strings.Contains(b.String(), "(r0, r1) took longer than 400 ms") || !strings.Contains(b.String(), "--warmup-runs 1") {
+		t.Errorf("report:\n%s", b.String())
+	}
+	if br := BenchRuns(bench(100 * ms)); len(br[0].ColdRequests) != 0 {
+		t.Errorf("a warm run flagged %v", br[0].ColdRequests)
 	}
 }

@@ -16,6 +16,10 @@ import (
 type fakeBackend struct {
 	vocab, blockSize, numBlocks int
 	delay                       time.Duration
+	// gate, when set, holds every step until it is closed: a test queues
+	// all its requests first, so the load it means to induce does not
+	// depend on how fast this host runs the submitting goroutines.
+	gate chan struct{}
 
 	mu      sync.Mutex
 	slots   [][]slot // [block][offset]
@@ -52,6 +56,13 @@ func (f *fakeBackend) Name() string   { return "fake" }
 func (f *fakeBackend) Close() error   { return nil }
 
 func (f *fakeBackend) Forward(ctx context.Context, b *Batch, logits [][]float32) error {
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if f.delay > 0 {
 		select {
 		case <-time.After(f.delay):

@@ -205,9 +205,13 @@ func TestPrefixEvictionUnderPressure(t *testing.T) {
 // model's output and leave no block held.
 func TestPrefixSixtyFourClientsNoLeak(t *testing.T) {
 	be := newFake(testVocab, 4, 40)
+	// No step runs until all 64 are queued: the pressure that makes the
+	// scheduler preempt is induced, not left to how fast the clients start.
+	be.gate = make(chan struct{})
 	s := start(t, be, Config{MaxBatch: 16, MaxBatchedTokens: 48, MaxSeqLen: 128})
 	system := prompt(7, 32)
-	var wg sync.WaitGroup
+	var wg, queued sync.WaitGroup
+	queued.Add(64)
 	for i := range 64 {
 		wg.Add(1)
 		go func() {
@@ -216,6 +220,7 @@ func TestPrefixSixtyFourClientsNoLeak(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			st, err := s.Submit(ctx, Request{Prompt: p, MaxTokens: 12})
+			queued.Done()
 			if err != nil {
 				t.Error(err)
 				return
@@ -234,6 +239,8 @@ func TestPrefixSixtyFourClientsNoLeak(t *testing.T) {
 			}
 		}()
 	}
+	queued.Wait()
+	close(be.gate)
 	wg.Wait()
 	m := s.Metrics()
 	if m.PrefixHitBlocks == 0 {
