@@ -29,9 +29,13 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			path, body := "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":"client %d says hello","max_tokens":200,"stream":true}`, modelID, i)
+			// Greedy: the fake model's argmax is always a letter, never a
+			// stop token, so no request can end before its client hangs up
+			// (sampled at the default temperature, one in a few thousand
+			// steps drew a stop token and the request ended as "stop").
+			path, body := "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":"client %d says hello","max_tokens":200,"temperature":0,"stream":true}`, modelID, i)
 			if i%2 == 1 {
-				path, body = "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"client %d"}],"stream":true}`, modelID, i)
+				path, body = "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"client %d"}],"temperature":0,"stream":true}`, modelID, i)
 			}
 			req, _ := http.NewRequestWithContext(ctx, "POST", e.url+path, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
