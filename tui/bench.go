@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // BenchStatus is the state of a running bench as the bench pane shows it:
@@ -288,7 +289,7 @@ func (p benchPane) view(c *programContext, _ *state, w, h int) []string {
 	if runs != "" {
 		head += t.render(t.dim, " · "+runs)
 	}
-	lines := []string{spread(head, t.render(t.dim, "elapsed ")+fmtDur(s.Elapsed), w)}
+	lines := []string{spread(head, t.render(t.dim, "elapsed ")+stat.FormatDuration(s.Elapsed), w)}
 
 	frac := 0.0
 	if s.Total > 0 {
@@ -307,7 +308,7 @@ func (p benchPane) view(c *programContext, _ *state, w, h int) []string {
 		if d.N == 0 {
 			return fmt.Sprintf("%-5s %s", name, t.render(t.dim, "no samples yet"))
 		}
-		ms := func(x time.Duration) string { return padLeft(fmtMS(float64(x)/1e6), 8) }
+		ms := func(x time.Duration) string { return padLeft(stat.FormatMS(float64(x)/1e6), 8) }
 		return fmt.Sprintf("%-5s %s %s %s %s", name, ms(d.P50), ms(d.P90), ms(d.P99), padLeft(itoa(int(d.N)), 8))
 	}
 	lines = append(lines, t.render(t.dim, fmt.Sprintf("%-5s %8s %8s %8s %8s", "ms", "p50", "p90", "p99", "n")),

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // View renders the frame.
@@ -142,17 +144,17 @@ func (m Model) headerLines(w int) []string {
 		desc += t.render(t.dim, " · model ") + model
 	}
 	l1 := t.render(t.title, "treni-top") + " " + t.render(t.dim, "│") + " " + desc + t.render(t.dim, " on ") + device
-	right := t.render(stSt, "● "+stateWord) + t.render(t.dim, "  elapsed ") + fmtDur(elapsed)
+	right := t.render(stSt, "● "+stateWord) + t.render(t.dim, "  elapsed ") + stat.FormatDuration(elapsed)
 	l1 = spread(l1, right, w)
 
 	var parts []string
 	if ok {
 		parts = append(parts, fmt.Sprintf("run %d/%d", r.Index+1, len(m.st.runs)))
 		if r.ColdEndKind != "" && r.ColdTotal() > 0 {
-			parts = append(parts, "cold "+fmtDur(r.ColdTotal()))
+			parts = append(parts, "cold "+stat.FormatDuration(r.ColdTotal()))
 		}
 		if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 {
-			parts = append(parts, "cold TTFT "+fmtDur(q.FirstToken))
+			parts = append(parts, "cold TTFT "+stat.FormatDuration(q.FirstToken))
 		}
 		if d := r.Attribution.Dominant; d != "" {
 			parts = append(parts, "top stage "+string(d))
@@ -174,7 +176,7 @@ func (m Model) headerLines(w int) []string {
 		if s := rp.Speed(); s > 0 {
 			sp = fmt.Sprintf("%g×", s)
 		}
-		parts = append(parts, fmt.Sprintf("replay %s %s %s / %s", play, sp, fmtDur(m.position()), fmtDur(rp.Duration())))
+		parts = append(parts, fmt.Sprintf("replay %s %s %s / %s", play, sp, stat.FormatDuration(m.position()), stat.FormatDuration(rp.Duration())))
 	}
 	if m.paused {
 		parts = append(parts, t.render(t.warn, "DISPLAY PAUSED"))

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // logView is the target's output: a scrollable list that follows the tail
@@ -161,7 +162,7 @@ func stageLineText(text string) string {
 	if err != nil {
 		return text
 	}
-	out := fmtDur(time.Duration(sl.EndNS-sl.StartNS)) + " (treni stage line"
+	out := stat.FormatDuration(time.Duration(sl.EndNS-sl.StartNS)) + " (treni stage line"
 	keys := make([]string, 0, len(sl.Attrs))
 	for k := range sl.Attrs {
 		keys = append(keys, k)
@@ -172,7 +173,7 @@ func stageLineText(text string) string {
 		if f, ok := sl.Attrs.Float(k); ok {
 			switch {
 			case k == trace.AttrBytes:
-				v = strings.ReplaceAll(fmtBytes(f), " ", "")
+				v = strings.ReplaceAll(stat.FormatBytes(f), " ", "")
 			case f == float64(int64(f)):
 				v = fmt.Sprintf("%d", int64(f))
 			default:

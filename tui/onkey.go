@@ -9,6 +9,8 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 func (m Model) notAvailable(what string) string {
@@ -132,7 +134,7 @@ func (m *Model) replayKey(msg tea.KeyMsg) {
 	}
 	seek := func(d time.Duration) {
 		r.Seek(r.Position() + d)
-		m.status = "seek to " + fmtDur(max(r.Position()+d, 0))
+		m.status = "seek to " + stat.FormatDuration(max(r.Position()+d, 0))
 	}
 	switch {
 	case key.Matches(msg, k.ReplayPause):

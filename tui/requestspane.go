@@ -6,6 +6,7 @@ import (
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // requestsPane is the request table (docs/ARCHITECTURE.md, "Measurements") for the selected run: one row
@@ -26,7 +27,7 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 			}
 			l := padRight(label, 10) + " streaming…"
 			if q.FirstToken > 0 {
-				l += fmt.Sprintf(" TTFT %s ms", fmtMS(float64(q.FirstToken)/1e6))
+				l += fmt.Sprintf(" TTFT %s ms", stat.FormatMS(float64(q.FirstToken)/1e6))
 			}
 			if n := len(q.Tokens); n > 0 {
 				l += fmt.Sprintf(" · %d tokens so far", n)
@@ -63,7 +64,7 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 			if x.N == 0 {
 				return row([]string{name, "—", "—", "—", "—"})
 			}
-			return row([]string{name, fmtMS(x.Min), fmtMS(x.Median), fmtMS(x.Max), pct(x.Spread)})
+			return row([]string{name, stat.FormatMS(x.Min), stat.FormatMS(x.Median), stat.FormatMS(x.Max), pct(x.Spread)})
 		}
 		foot = append(foot, stat("TTFT", s.WarmTTFT), stat("ITL", s.WarmITL), stat("TPOT", s.WarmTPOT), stat("E2E", s.WarmE2E))
 	}
@@ -93,7 +94,7 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 		if skipped > 0 && i == 1 {
 			lines = append(lines, t.render(t.dim, fmt.Sprintf("  … %d earlier", skipped)))
 		}
-		cells := []string{q.Label, fmtMS(q.TTFT), fmtMS(q.TTFB), fmtMS(q.ITLP50), fmtMS(q.ITLP99), fmtMS(q.TPOT), fmtMS(q.E2E), itoa(q.Tokens)}
+		cells := []string{q.Label, stat.FormatMS(q.TTFT), stat.FormatMS(q.TTFB), stat.FormatMS(q.ITLP50), stat.FormatMS(q.ITLP99), stat.FormatMS(q.TPOT), stat.FormatMS(q.E2E), itoa(q.Tokens)}
 		l := row(cells)
 		switch {
 		case q.Error != "":

@@ -2,6 +2,8 @@ package tui
 
 import (
 	"fmt"
+
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // sessionPane (the "Session" pane) lists the session's cold runs and the
@@ -20,14 +22,14 @@ func (sessionPane) view(c *programContext, st *state, w, h int) []string {
 	}
 	lines = append(lines, fmt.Sprintf("host %s · %s/%s · %d CPUs", host, hd.Host.OS, hd.Host.Arch, hd.Host.CPUs))
 	for _, g := range hd.GPUs {
-		lines = append(lines, fmt.Sprintf("gpu%d %s %s", g.Index, g.Name, fmtBytes(float64(g.MemBytes))))
+		lines = append(lines, fmt.Sprintf("gpu%d %s %s", g.Index, g.Name, stat.FormatBytes(float64(g.MemBytes))))
 	}
 	var wb int64
 	for _, f := range hd.ModelFiles {
 		wb += f.Bytes
 	}
 	if len(hd.ModelFiles) > 0 {
-		lines = append(lines, fmt.Sprintf("weights %d file(s), %s", len(hd.ModelFiles), fmtBytes(float64(wb))))
+		lines = append(lines, fmt.Sprintf("weights %d file(s), %s", len(hd.ModelFiles), stat.FormatBytes(float64(wb))))
 	}
 	lines = append(lines, "")
 	if len(st.runs) == 0 {
@@ -39,7 +41,7 @@ func (sessionPane) view(c *programContext, st *state, w, h int) []string {
 	for _, r := range st.runs {
 		healthy := "—"
 		if r.Healthy > 0 {
-			healthy = fmtDur(r.Healthy - r.Start)
+			healthy = stat.FormatDuration(r.Healthy - r.Start)
 		}
 		exit := "running"
 		if r.Exit != nil {
@@ -49,7 +51,7 @@ func (sessionPane) view(c *programContext, st *state, w, h int) []string {
 		if r.Index == sel.Index {
 			mark = "▶ "
 		}
-		lines = append(lines, padRight(mark+itoa(r.Index), 5)+padLeft(fmtDur(r.ColdTotal()), 10)+padLeft(healthy, 10)+
+		lines = append(lines, padRight(mark+itoa(r.Index), 5)+padLeft(stat.FormatDuration(r.ColdTotal()), 10)+padLeft(healthy, 10)+
 			padLeft(itoa(len(r.Requests)), 6)+"  "+padRight(string(r.Attribution.Dominant), 22)+" "+exit)
 	}
 	if len(st.runs) > 1 {

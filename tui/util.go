@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/charmbracelet/x/ansi"
-	"github.com/treni-top/treni-top/trace/stat"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -88,14 +86,6 @@ func joinH(blocks ...[]string) []string {
 	}
 	return out
 }
-
-// fmtBytes, fmtDur and fmtMS are trace/stat's formats under short names
-// for the many call sites; the implementations live there only.
-func fmtBytes(b float64) string { return stat.FormatBytes(b) }
-
-func fmtDur(d time.Duration) string { return stat.FormatDuration(d) }
-
-func fmtMS(v float64) string { return stat.FormatMS(v) }
 
 // pct renders a fraction as a percentage.
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // waterfallPane draws the selected run's cold start: one bar per stage on a
@@ -33,9 +34,9 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 		sessions.ColdEndLastStage:  "start → last stage so far",
 	}[r.ColdEndKind]
 	head := fmt.Sprintf("cold %s (%s) · unattributed %s (%s)",
-		fmtDur(a.Total), end, fmtDur(a.Unattributed), pct(a.UnattributedShare()))
+		stat.FormatDuration(a.Total), end, stat.FormatDuration(a.Unattributed), pct(a.UnattributedShare()))
 	if w >= 100 {
-		head += " · attributed " + fmtDur(a.Attributed)
+		head += " · attributed " + stat.FormatDuration(a.Attributed)
 	}
 	var domLine string
 	if a.Dominant != "" {
@@ -44,7 +45,7 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 		// may name a different cold term.
 		dom := "top stage: " + string(a.Dominant)
 		if s, ok := a.Stage(a.Dominant); ok {
-			dom += fmt.Sprintf(" — %s exclusive; %s, %s of the cold total", fmtDur(s.Exclusive), fmtDur(s.Duration), pct(s.Share))
+			dom += fmt.Sprintf(" — %s exclusive; %s, %s of the cold total", stat.FormatDuration(s.Exclusive), stat.FormatDuration(s.Duration), pct(s.Share))
 		} else if a.Dominant == trace.StageUnattributed {
 			dom += " — gaps no stage covers; the server does not log that part"
 		}
@@ -80,7 +81,7 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 			barSt = t.barOpen
 		}
 		name := padRight(mark+string(s.Name), wfNameW)
-		dur := fmtDur(s.Duration)
+		dur := stat.FormatDuration(s.Duration)
 		if open[s.Name] {
 			dur += "…"
 		}
@@ -94,7 +95,7 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 	if showBar {
 		gap += t.render(t.gap, gapBar(a.Gaps, a.Window, bw)) + " "
 	}
-	gap += padLeft(fmtDur(a.Unattributed), durW) + " " + padLeft(pct(a.UnattributedShare()), shareW)
+	gap += padLeft(stat.FormatDuration(a.Unattributed), durW) + " " + padLeft(pct(a.UnattributedShare()), shareW)
 	var path string
 	if len(a.CriticalPath) > 0 {
 		var names []string

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -56,7 +57,7 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(b, "# HELP treni_request_finished_total Finished requests by finish reason.\n# TYPE treni_request_finished_total counter\n")
 	reasons := []string{string(sched.FinishStop), string(sched.FinishLength), string(sched.FinishCancelled), string(sched.FinishError)}
 	for k := range m.Requests {
-		if !contains(reasons, string(k)) {
+		if !slices.Contains(reasons, string(k)) {
 			reasons = append(reasons, string(k))
 		}
 	}
@@ -77,12 +78,3 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}

@@ -39,7 +39,7 @@ func ColdLeading(reqs []trace.Request) (cold []int, medianMs, thresholdMs float6
 	var xs []sent
 	for i, r := range reqs {
 		if r.OK() && r.FirstToken > 0 {
-			xs = append(xs, sent{i, r.Sent, ms(r.FirstToken)})
+			xs = append(xs, sent{i, r.Sent, stat.MS(r.FirstToken)})
 		}
 	}
 	sort.SliceStable(xs, func(a, b int) bool { return xs[a].at < xs[b].at })
@@ -63,7 +63,7 @@ func coldRequests(workload string, repeat int, reqs []trace.Request) []ColdReque
 	out := make([]ColdRequest, 0, len(idx))
 	for _, i := range idx {
 		out = append(out, ColdRequest{Workload: workload, Repeat: repeat, Index: i, ID: reqs[i].ID,
-			TTFTms: ms(reqs[i].FirstToken), WarmMedianMs: med, ThresholdMs: thr})
+			TTFTms: stat.MS(reqs[i].FirstToken), WarmMedianMs: med, ThresholdMs: thr})
 	}
 	return out
 }

@@ -44,13 +44,13 @@ func (s SLO) Met(r trace.Request) bool {
 	if !r.OK() {
 		return false
 	}
-	if s.TTFTms > 0 && (r.FirstToken == 0 || ms(r.TTFT()) > s.TTFTms) {
+	if s.TTFTms > 0 && (r.FirstToken == 0 || stat.MS(r.TTFT()) > s.TTFTms) {
 		return false
 	}
-	if s.TPOTms > 0 && ms(r.TPOT()) > s.TPOTms {
+	if s.TPOTms > 0 && stat.MS(r.TPOT()) > s.TPOTms {
 		return false
 	}
-	if s.E2Ems > 0 && ms(r.E2E()) > s.E2Ems {
+	if s.E2Ems > 0 && stat.MS(r.E2E()) > s.E2Ems {
 		return false
 	}
 	return true
@@ -102,8 +102,6 @@ type RunMetrics struct {
 	Goodput          *Goodput `json:"goodput,omitempty"`
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // Measure computes a run's metrics from its requests. duration is the
 // run's wall time (start to last end); estimated holds the generator's
 // prompt sizes by request index, used when the server reports no usage.
@@ -133,18 +131,18 @@ func Measure(repeat int, reqs []trace.Request, duration time.Duration, slo SLO, 
 		m.OutputTokens += r.OutputTokens()
 		m.MultiTokenChunks += r.MultiTokenChunks
 		if r.FirstToken > 0 {
-			ttft = append(ttft, ms(r.FirstToken))
+			ttft = append(ttft, stat.MS(r.FirstToken))
 		}
 		if r.FirstByte > 0 {
-			ttfb = append(ttfb, ms(r.FirstByte))
+			ttfb = append(ttfb, stat.MS(r.FirstByte))
 		}
 		for j := 1; j < len(r.Tokens); j++ {
-			itl = append(itl, ms(r.Tokens[j]-r.Tokens[j-1]))
+			itl = append(itl, stat.MS(r.Tokens[j]-r.Tokens[j-1]))
 		}
 		if t := r.TPOT(); t > 0 {
-			tpot = append(tpot, ms(t))
+			tpot = append(tpot, stat.MS(t))
 		}
-		e2e = append(e2e, ms(r.E2E()))
+		e2e = append(e2e, stat.MS(r.E2E()))
 	}
 	m.InputTokensFromServer = fromServer && m.Completed > 0
 	if sec := duration.Seconds(); sec > 0 {
