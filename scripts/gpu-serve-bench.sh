@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The built-in engine's server under load on the GPU machine (issue 16), one
 # run of one script, so the same command gives the baseline and the result:
-#   1. 64 concurrent streams, input 1024 / output 128 (1 warm-up run, 1
-#      measured), every KV block free afterwards (/metrics);
+#   1. 64 concurrent streams, input 1024 / output 128: 1 warm-up run and 1
+#      measured run of the same prompts (prefix-cache hits), then 1 run of
+#      fresh prompts (every token prefilled); every KV block free
+#      afterwards (/metrics);
 #   2. the seed's QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS 1, 2,
 #      4, 8, 12, 16, NREQ requests per level, after an unrecorded 8-request
 #      warm-up (openinfer-vs-vLLM's protocol);
@@ -10,7 +12,9 @@
 #      is warm from parts 1–2);
 #   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
 #      run puts the prefix in the cache; scripts/workloads/prefix_ttft_*.json);
-#   5. the table, printed last (scripts/serve_bench_table.py).
+#   5. with COMPARE_PAGED=1, part 1 again on a fresh server running the
+#      previous attention kernel (TRENI_CUDA_ATTENTION=paged);
+#   6. the table, printed last (scripts/serve_bench_table.py).
 # Batch-1 ITL and the 52-token warm TTFT come from scripts/gpu-cold-bench.sh.
 # Usage on the GPU machine, with a treni-top built elsewhere:
 #   BIN=.carry/treni-top TOK=.carry/qwen3-tok OUT=/tmp/out bash scripts/gpu-serve-bench.sh
@@ -47,10 +51,17 @@ bench() { # stem, bench flags…
 		--record "$RES/$stem.jsonl" "$@" >"$RES/$stem.json" 2>>"$LOG"
 	say "bench $stem rc=$? in $((SECONDS - t0)) s"
 }
+# streams SUFFIX: 64 concurrent streams twice: after a warm-up run of the
+# same prompts (every prompt a prefix-cache hit: decode-bound), then with
+# fresh prompts (another seed: every prompt prefilled).
+streams() {
+	bench "streams64$1" --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
+	bench "streams64-fresh$1" --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --seed 9001 --warmup-runs 0 --repeat-runs 1
+}
 for part in $PARTS; do
 	case $part in
 	streams)
-		bench streams64 --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
+		streams ""
 		sleep 1
 		say "kv blocks used after 64 streams: $(metric treni_kv_blocks_used)" ;;
 	qps)
@@ -69,4 +80,17 @@ say "kv blocks used at the end: $(metric treni_kv_blocks_used) of $(metric treni
 curl -fsS http://127.0.0.1:$PORT/metrics >"$RES/metrics-end.txt" 2>/dev/null
 kill $PID; wait $PID 2>/dev/null
 trap - EXIT
+if [[ -n ${COMPARE_PAGED:-} ]]; then
+	# The same 64 streams on a fresh server with the previous attention
+	# kernel (paged_attention), for the ratio in one run.
+	say "serve $PRESET with TRENI_CUDA_ATTENTION=paged"
+	TRENI_CUDA_ATTENTION=paged "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
+		--max-model-len 20480 ${SERVE_FLAGS:-} 2>"$RES/serve-paged.log" &
+	PID=$!
+	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
+	for _ in $(seq 1 600); do curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.1; done
+	streams -paged
+	kill $PID; wait $PID 2>/dev/null
+	trap - EXIT
+fi
 python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"

@@ -10,7 +10,12 @@
 #   3. the server under load: 64 streams, the QPS sweep, the five
 #      workloads, prefix-hit TTFT — scripts/gpu-serve-bench.sh;
 #   4. optionally (OLLAMA=path), Ollama on the GPU under treni-top —
-#      scripts/gpu-ollama.sh.
+#      scripts/gpu-ollama.sh;
+#   5. optionally (PARTS=... profile), TestGPUStepProfile: per-operation
+#      device time of the serve bench's step shapes, attn_mma beside
+#      paged_attention.
+# When the check's nvcc build differs from the committed fatbin (kernel
+# sources changed), the later parts run with TRENI_CUDA_FATBIN set to it.
 # Each part runs under its own time limit (CHECK_S, COLD_S, SERVE_S,
 # OLLAMA_S) so one slow part cannot eat the machine's lease. Full logs in
 # $OUT/session.tgz; the short table is printed last.
@@ -34,6 +39,21 @@ for part in $PARTS; do
 		rc=$?
 		cmp -s "$R/check/kernels.fatbin" engine/cuda/kernels/kernels.fatbin && fb=identical || fb=DIFFERS
 		summary+=("check rc=$rc fatbin $fb; $(grep -cE '^--- PASS' "$R/check/gpu-tests.log" 2>/dev/null) tests passed, $(grep -cE '^--- FAIL' "$R/check/gpu-tests.log" 2>/dev/null) failed")
+		# Kernel sources changed since the committed fatbin: the later parts
+		# load the one nvcc just built (the binaries embed the old one).
+		if [[ $fb == DIFFERS && -s $R/check/kernels.fatbin ]]; then
+			export TRENI_CUDA_FATBIN=$R/check/kernels.fatbin
+			t "later parts load the fresh fatbin ($TRENI_CUDA_FATBIN)"
+		fi
+		;;
+	profile)
+		# Where a step's device time goes, attn_mma beside paged_attention,
+		# on the serve bench's 4B-shaped checkpoint (TestGPUStepProfile).
+		m=/tmp/treni-cold-bench/qwen3-4b
+		[[ -f $m/config.json ]] || "$BIN" model synth --arch qwen3 --preset 4b --out "$m" --seed 7 --tokenizer "$TOK" >"$R/profile.txt" 2>&1
+		(cd engine/cuda && TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1
+		rc=$?
+		summary+=("profile rc=$rc")
 		;;
 	cold)
 		BIN=$BIN TOK=$TOK OUT=$R/cold HF=${HF:-1} RUNS=${RUNS:-3} timeout "${COLD_S:-260}" bash scripts/gpu-cold-bench.sh >"$R/cold.txt" 2>&1
@@ -41,7 +61,8 @@ for part in $PARTS; do
 		summary+=("cold bench rc=$rc")
 		;;
 	serve)
-		BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench NREQ=${NREQ:-32} timeout "${SERVE_S:-200}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
+		PARTS=${SERVE_PARTS:-"streams qps workloads prefix"} BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench NREQ=${NREQ:-32} \
+			timeout "${SERVE_S:-200}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
 		rc=$?
 		summary+=("serve bench rc=$rc")
 		;;
@@ -51,6 +72,11 @@ for part in $PARTS; do
 		summary+=("ollama rc=$rc")
 		;;
 	esac
+	# A part cut off by its time limit may leave its GPU processes (the
+	# test binary, compute-sanitizer, a server) running beside the next
+	# part's measurements: stop them.
+	pkill -f "^$TESTBIN" 2>/dev/null; pkill -f "^/usr/local/cuda/bin/compute-sanitizer" 2>/dev/null
+	pkill -f "^$BIN serve" 2>/dev/null
 	t "$part done: ${summary[-1]}"
 done
 tar -C "$OUT" -czf "$OUT/session.tgz" s
@@ -60,6 +86,7 @@ for part in $PARTS; do
 	check) grep -E "^(--- FAIL|FAIL)|ERR |fatbin" "$R/check.txt" | head -20 ;;
 	cold) sed -n '/^### Floors/,$p' "$R/cold.txt" | grep -vE '^\| (process_start|runtime_init|tensor_index|tokenizer|page_cache|kernel_load|kv_alloc|http_ready|cuda_init|graph_capture|warmup|first_request|decoder_tensor)' | head -60 ;;
 	serve) sed -n '/^### 64/,$p' "$R/serve.txt" | head -45 ;;
+	profile) grep -E "PROFILE|^(--- |FAIL|ok)" "$R/profile.txt" | sed -E 's/^ +//; s/profile_gpu_test.go:[0-9]+: //' | cut -c1-400 ;;
 	ollama) grep -vE '^--|^\[.*\] (building|ollama create)' "$R/ollama.txt" | tail -25 ;;
 	esac
 done

@@ -30,16 +30,21 @@ def row(cells):
 def main():
     res = sys.argv[1]
     out = []
-    r = load(res, "streams64")
-    if r:
+    streams = [(k, p, load(res, stem)) for k, p, stem in (
+        ("attn_mma", "fresh", "streams64-fresh"), ("attn_mma", "in prefix cache", "streams64"),
+        ("paged_attention", "fresh", "streams64-fresh-paged"), ("paged_attention", "in prefix cache", "streams64-paged"))]
+    if any(r for _, _, r in streams):
         out += ["### 64 concurrent streams, 1024 in / 128 out", "",
-                row(["output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
-                row(["--:"] * 6)]
-        for w in r.get("workloads", []):
-            for m in w.get("runs", []):
-                out.append(row(["%.0f" % m["output_tok_per_s"], "%.2f" % dist(m, "tpot_ms", "p50"),
-                                "%.2f" % dist(m, "tpot_ms", "p99"), "%.1f" % dist(m, "ttft_ms", "p50"),
-                                "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
+                row(["attention", "prompts", "output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
+                row(["---", "---"] + ["--:"] * 6)]
+        for k, p, r in streams:
+            if not r:
+                continue
+            for w in r.get("workloads", []):
+                for m in w.get("runs", []):
+                    out.append(row([k, p, "%.0f" % m["output_tok_per_s"], "%.2f" % dist(m, "tpot_ms", "p50"),
+                                    "%.2f" % dist(m, "tpot_ms", "p99"), "%.1f" % dist(m, "ttft_ms", "p50"),
+                                    "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
         out.append("")
     r = load(res, "qps")
     if r:

@@ -45,6 +45,10 @@ type BackendOptions struct {
 	// caller checked, e.g. Checkpoint.Residency): the staged upload then
 	// reads with fewer streams, as storage prefers.
 	ColdPageCache bool
+	// Attention picks the attention kernel: AttentionFlash (default: the
+	// tensor-core attn_mma where it covers the shape, paged_attention
+	// otherwise) or AttentionPaged; AttentionEnv overrides it.
+	Attention string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
 	// and its graph's capture; see warmup.go); those costs then fall on
@@ -124,6 +128,10 @@ type Backend struct {
 	hostRows                int       // logits rows logitsHost holds
 	sampleD                 DevicePtr // token choice arrays for capRows rows (tokens.go)
 	sampleHost              HostBuffer
+	flashD                  DevicePtr // attn_mma's split partials, capScratch bytes (flashScratchFor)
+	capScratch              int
+	metaTableRows           int // block-table rows of the metadata in hostMeta
+	metaTiles               int // attention tiles of the metadata in hostMeta
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int
@@ -177,6 +185,43 @@ func checkOptions(ck *model.Checkpoint, opts BackendOptions) error {
 		return fmt.Errorf("cuda: %s cannot run on these kernels: %w", ck.Dir, err)
 	}
 	return nil
+}
+
+// Attention kernels of BackendOptions.Attention.
+const (
+	AttentionFlash = "flash"
+	AttentionPaged = "paged"
+)
+
+// AttentionEnv overrides BackendOptions.Attention when set (flash or
+// paged), so benchmarks can compare the two kernels on one binary.
+const AttentionEnv = "TRENI_CUDA_ATTENTION"
+
+// attentionMode resolves BackendOptions.Attention and AttentionEnv.
+func attentionMode(opt string) (string, error) {
+	if v := os.Getenv(AttentionEnv); v != "" {
+		opt = v
+	}
+	switch opt {
+	case "", AttentionFlash:
+		return AttentionFlash, nil
+	case AttentionPaged:
+		return AttentionPaged, nil
+	}
+	return "", fmt.Errorf("cuda: attention kernel %q is not one of %s, %s (check %s)", opt, AttentionFlash, AttentionPaged, AttentionEnv)
+}
+
+// useFlash says whether steps run attn_mma (FlashAttention).
+func (b *Backend) useFlash() bool {
+	return b.opts.Attention == AttentionFlash && FlashSupported(b.attnShape())
+}
+
+// attentionKernel names the attention kernel steps run, for the stages.
+func (b *Backend) attentionKernel() string {
+	if b.useFlash() {
+		return "attn_mma"
+	}
+	return "paged_attention"
 }
 
 // uploadMode resolves BackendOptions.Upload and UploadEnv.
@@ -258,7 +303,7 @@ func (b *Backend) free() error {
 	}
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
-	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD} {
+	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD, b.flashD} {
 		if p != 0 {
 			keep(b.c.Free(p))
 		}

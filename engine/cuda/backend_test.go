@@ -16,17 +16,18 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{7, 8, 9}, Pos: 3, Blocks: []int32{5, 2}},
 		{SeqID: 2, Tokens: []int32{4}, Pos: 0, Blocks: []int32{6, 1, 0}},
 	}}
-	// Eager: 4 token rows, 2 table rows of stride 2.
-	m := stepMeta(nil, bt, 4, 4, 2, 2)
+	// Eager: 4 token rows, 2 table rows of stride 2, tiles of 2 tokens.
+	m, tiles := stepMeta(nil, bt, 4, 4, 2, 2, 2)
 	want := []int32{
 		7, 8, 9, 4, // tokens
 		3, 4, 5, 0, // positions
 		5*4 + 3, 2*4 + 0, 2*4 + 1, 6 * 4, // slots: block*bs + pos%bs
 		0, 0, 0, 1, // token → sequence row
 		5, 2, 6, 1, // tables (truncated to the stride)
+		0, 2, 2, 1, 3, 1, 0, 0, // tiles: the 3-token chunk in runs of 2, then the 1-token chunk
 	}
-	if !slices.Equal(m, want) {
-		t.Fatalf("eager meta\n got %v\nwant %v", m, want)
+	if !slices.Equal(m, want) || tiles != 3 {
+		t.Fatalf("eager meta\n got %v (%d tiles)\nwant %v (3 tiles)", m, tiles, want)
 	}
 	// Graph bucket of 4 rows for a 2-sequence decode, stride 3: padding rows
 	// store nothing and read their own zero table rows.
@@ -34,16 +35,17 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{11}, Pos: 6, Blocks: []int32{5, 2}},
 		{SeqID: 2, Tokens: []int32{12}, Pos: 1, Blocks: []int32{6}},
 	}}
-	g := stepMeta(m, dec, 4, 4, 4, 3)
+	g, tiles := stepMeta(m, dec, 4, 4, 4, 3, 16)
 	want = []int32{
 		11, 12, 0, 0,
 		6, 1, 0, 0,
 		2*4 + 2, 6*4 + 1, -1, -1,
 		0, 1, 2, 3,
 		5, 2, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0,
+		0, 1, 1, 1, 2, 1, 3, 1, // one tile per row, padding rows included: a bucket's tile count is fixed
 	}
-	if !slices.Equal(g, want) {
-		t.Fatalf("graph meta\n got %v\nwant %v", g, want)
+	if !slices.Equal(g, want) || tiles != 4 {
+		t.Fatalf("graph meta\n got %v (%d tiles)\nwant %v (4 tiles)", g, tiles, want)
 	}
 }
 

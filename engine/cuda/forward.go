@@ -78,6 +78,13 @@ func (b *Backend) grow(T, rows, meta int) error {
 				}
 			}
 		}
+		if b.flashD != 0 {
+			err := b.c.Free(b.flashD)
+			b.flashD, b.capScratch = 0, 0
+			if err != nil {
+				return err
+			}
+		}
 		sizes := []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2}
 		for i, n := range sizes {
 			p, err := b.c.Alloc(n)
@@ -86,6 +93,13 @@ func (b *Backend) grow(T, rows, meta int) error {
 				return fmt.Errorf("cuda: step scratch for %d tokens: %w", T, err)
 			}
 			*ptrs[i] = p
+		}
+		if n := b.flashScratchFor(T); n > 0 {
+			p, err := b.c.Alloc(n)
+			if err != nil {
+				return fmt.Errorf("cuda: attention split scratch for %d tokens: %w", T, err)
+			}
+			b.flashD, b.capScratch = p, n
 		}
 		b.capT = T
 	}
@@ -203,7 +217,7 @@ func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error
 	if Bk > 0 {
 		Tm, tableRows, btStride = Bk, Bk, b.graphStride
 	}
-	b.hostMeta = stepMeta(b.hostMeta, bt, bs, Tm, tableRows, btStride)
+	b.layoutMeta(bt, Tm, tableRows, btStride)
 	b.rowSeq = b.rowSeq[:0]
 	for i := range bt.Seqs {
 		if bt.Seqs[i].WantLogits {
@@ -216,22 +230,37 @@ func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error
 	return b.r.Do(ctx, func() error { return b.forward(ctx, bt, out, b.rowSeq, T, btStride) })
 }
 
+// metaLen is the int32 metadata of a step of Tm token rows and tableRows
+// block-table rows of btStride entries (stepMeta's layout; tiles take at
+// most 2 entries per token row).
+func metaLen(Tm, tableRows, btStride int) int { return 6*Tm + tableRows*btStride }
+
 // stepMeta lays out a step's int32 metadata in buf (reused when large
 // enough): tokens, positions, KV slots and token→sequence rows for Tm token
-// rows, then the block tables [tableRows][btStride]. Rows past the batch's
-// tokens are graph-bucket padding: token 0 at position 0, slot −1 (stores
-// nothing), each attending through its own all-zero table row.
-func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride int) []int32 {
-	n := 4*Tm + tableRows*btStride
+// rows, then the block tables [tableRows][btStride], then the attention
+// tiles (first token row, token count): each chunk cut into runs of at
+// most tileTokens tokens, each padding row a tile of its own. Rows past the
+// batch's tokens are graph-bucket padding: token 0 at position 0, slot −1
+// (stores nothing), each attending through its own all-zero table row. It
+// returns the metadata and the tile count (Tm for a decode graph bucket).
+func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens int) ([]int32, int) {
+	n := metaLen(Tm, tableRows, btStride)
 	if cap(buf) < n {
 		buf = make([]int32, n)
 	}
 	m := buf[:n]
-	tok, pos, slots, seq, tables := m[:Tm], m[Tm:2*Tm], m[2*Tm:3*Tm], m[3*Tm:4*Tm], m[4*Tm:]
+	nt := 4*Tm + tableRows*btStride
+	tok, pos, slots, seq, tables, tiles := m[:Tm], m[Tm:2*Tm], m[2*Tm:3*Tm], m[3*Tm:4*Tm], m[4*Tm:nt], m[nt:]
 	clear(tables)
-	t := 0
+	clear(tiles)
+	tileTokens = max(tileTokens, 1)
+	t, nTiles := 0, 0
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
+		for j0 := 0; j0 < len(s.Tokens); j0 += tileTokens {
+			tiles[2*nTiles], tiles[2*nTiles+1] = int32(t+j0), int32(min(tileTokens, len(s.Tokens)-j0))
+			nTiles++
+		}
 		for j, id := range s.Tokens {
 			p := s.Pos + j
 			tok[t], pos[t], seq[t] = id, int32(p), int32(i)
@@ -242,8 +271,54 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride int) []i
 	}
 	for ; t < Tm; t++ {
 		tok[t], pos[t], seq[t], slots[t] = 0, 0, int32(t), -1
+		tiles[2*nTiles], tiles[2*nTiles+1] = int32(t), 1
+		nTiles++
 	}
-	return m
+	return m, nTiles
+}
+
+// layoutMeta lays out the step's metadata (stepMeta) in b.hostMeta and
+// records the table rows and tiles enqueueLayers needs to find its parts.
+func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
+	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens())
+	b.metaTableRows = tableRows
+}
+
+// tileTokens is the attention tile of this model (FlashTileTokens), 1 when
+// attn_mma does not cover its shape.
+func (b *Backend) tileTokens() int {
+	if b.useFlash() {
+		return FlashTileTokens(b.attnShape())
+	}
+	return 1
+}
+
+func (b *Backend) attnShape() AttnShape {
+	return AttnShape{b.cfg.NumHeads, b.cfg.NumKVHeads, b.cfg.HeadDim, b.opts.BlockSize}
+}
+
+// flashScratchFor is the split scratch for steps of up to capT token rows:
+// splits are only chosen while tiles × KV heads leave the GPU short of
+// about four blocks per multiprocessor, so T × splits stays under
+// capT + 4·SMs·tileTokens/KVHeads rows (and 16·capT).
+func (b *Backend) flashScratchFor(capT int) int {
+	a := b.attnShape()
+	if !b.useFlash() {
+		return 0
+	}
+	rows := min(flashMaxSplit*capT, capT+4*max(b.info.SMs, 1)*FlashTileTokens(a)/a.KVHeads+flashMaxSplit)
+	return rows * a.Heads * (a.HeadDim + 2) * 4
+}
+
+// flashSplits is the KV split count of a step of T token rows in tiles
+// tiles: FlashSplits, lowered until its partials fit the scratch.
+func (b *Backend) flashSplits(T, tiles int) int {
+	a := b.attnShape()
+	z := FlashSplits(a, tiles, b.info.SMs)
+	for z > 1 && FlashScratchBytes(a, T, z) > b.capScratch {
+		z--
+	}
+	return z
 }
 
 // upMeta copies the step's metadata to the device (runner thread).
@@ -293,9 +368,24 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	eps := float32(c.RMSNormEps)
 	dTok, dPos, dSlots, dSeq := b.meta, b.meta+DevicePtr(4*T), b.meta+DevicePtr(8*T), b.meta+DevicePtr(12*T)
 	dTables := b.meta + DevicePtr(16*T)
-	shape := AttnShape{c.NumHeads, c.NumKVHeads, c.HeadDim, b.opts.BlockSize}
+	dTiles := dTables + DevicePtr(4*b.metaTableRows*btStride)
+	shape := b.attnShape()
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
+	flash := b.useFlash()
+	splits := 1
+	if flash {
+		splits = b.flashSplits(T, b.metaTiles)
+	}
+	attention := func(l *devLayer) error {
+		args := AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
+			TokSeq: dSeq, Pos: dPos, BlockTables: dTables, BTStride: btStride, T: T, Scale: scale}
+		if !flash {
+			return k.PagedAttention(s, shape, args)
+		}
+		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, NumTiles: b.metaTiles,
+			Splits: splits, Scratch: b.flashD})
+	}
 	M := padRows(T, b.capT)
 	b.prof.mark(s, "embed")
 	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
@@ -314,10 +404,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 				return k.QKNormRopeStore(s, shape, RopeStoreArgs{QKV: b.qkv, Bias: l.qkvBias, QNorm: l.qNorm, KNorm: l.kNorm,
 					InvFreq: b.invFreq, Pos: dPos, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
 			},
-			func() error {
-				return k.PagedAttention(s, shape, AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
-					TokSeq: dSeq, Pos: dPos, BlockTables: dTables, BTStride: btStride, T: T, Scale: scale})
-			},
+			func() error { return attention(l) },
 			// o_proj accumulates straight into the f32 residual (beta = 1).
 			func() error { return b.gemm(b.x, b.att, l.o, M, H, b.qDim, F32, true) },
 			func() error {

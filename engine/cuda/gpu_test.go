@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -304,6 +305,32 @@ func ropeAttention(g *gpu, c ropeCase) {
 		}
 	}
 	g.check("paged_attention "+c.name, gotOut, ref, tolBF16)
+
+	// attn_mma over the same step, one KV split and three (with the
+	// combine), where it covers the shape.
+	if !FlashSupported(shape) {
+		return
+	}
+	tt := FlashTileTokens(shape)
+	var tiles []int32
+	for j := 0; j < c.nPref; j += tt {
+		tiles = append(tiles, int32(j), int32(min(tt, c.nPref-j)))
+	}
+	tiles = append(tiles, int32(c.nPref), 1)
+	for _, z := range []int{1, 3} {
+		fout := g.alloc(T * nh * hd * 2)
+		scratch := DevicePtr(0)
+		if n := FlashScratchBytes(shape, T, z); n > 0 {
+			scratch = g.alloc(n)
+		}
+		g.ok(g.k.FlashAttention(g.s, shape, FlashArgs{
+			AttentionArgs: AttentionArgs{Out: fout, Q: qkvd, QStride: width, KCache: kd, VCache: vd,
+				TokSeq: up(g, tokSeq), Pos: up(g, pos), BlockTables: up(g, bt), BTStride: btStride,
+				T: T, Scale: float32(1 / math.Sqrt(float64(hd)))},
+			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, Splits: z, Scratch: scratch,
+		}))
+		g.check(fmt.Sprintf("attn_mma %d split(s) %s", z, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
+	}
 }
 
 // allowed is the set sample_f32 may draw from: top-k (ties kept), then the

@@ -43,10 +43,13 @@ type ringResult struct {
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
-// opts.Device, opts.Upload and opts.Stage are used here.
+// opts.Device, opts.Upload, opts.Attention and opts.Stage are used here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
+		return nil, err
+	}
+	if opts.Attention, err = attentionMode(opts.Attention); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -90,7 +93,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		err = initErr
 	}
 	if err == nil {
-		opts.Device, opts.Upload = b.opts.Device, b.opts.Upload
+		opts.Device, opts.Upload, opts.Attention = b.opts.Device, b.opts.Upload, b.opts.Attention
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
@@ -294,7 +297,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	}
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
-		"concurrent_with_upload": overlapped})
+		"concurrent_with_upload": overlapped, "attention": b.attentionKernel()})
 	return nil
 }
 

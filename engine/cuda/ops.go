@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // KernelNames lists every kernel of kernels/kernels.cu that Kernels binds
@@ -10,7 +11,8 @@ import (
 func KernelNames() []string {
 	return []string{
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
-		"qk_norm_rope_store", "paged_attention", "argmax_f32", "sample_f32",
+		"qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_combine",
+		"argmax_f32", "sample_f32",
 	}
 }
 
@@ -20,6 +22,8 @@ const (
 	ropeThreads   = 128  // qk_norm_rope_store: up to 2 rotary pairs per thread
 	attnThreads   = 128  // ATT_THREADS
 	attnMaxDim    = 256  // 64 × ATT_PAIRS
+	flashWarps    = 4    // FA_WARPS: attn_mma's warps, 16 query rows each
+	flashMaxSplit = 16   // the most KV splits Flash launches
 	sampleThreads = 1024 // SAMPLE_THREADS
 )
 
@@ -52,7 +56,7 @@ func (c *Context) LoadKernelsFrom(image []byte) (*Kernels, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load treni-top kernels (is the fatbin built for this GPU's architecture? run make kernels): %w", err)
 	}
-	k := &Kernels{m: m, fn: map[string]*Function{}, args: NewArgs(16)}
+	k := &Kernels{m: m, fn: map[string]*Function{}, args: NewArgs(20)}
 	for _, n := range KernelNames() {
 		f, err := m.Function(n)
 		if err != nil {
@@ -104,7 +108,17 @@ func (k *Kernels) RMSNorm(s *Stream, out, x, w DevicePtr, T, H int, eps float32)
 		return err
 	}
 	k.args.Reset().Ptr(out).Ptr(x).Ptr(w).I32(int32(H)).F32(eps)
-	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{normThreads(T), 1, 1}, s)
+}
+
+// normThreads is the block size of a norm over T rows: a whole row per
+// block either way, but a step of a few rows (decode) has few blocks, so
+// each gets more threads.
+func normThreads(T int) uint32 {
+	if T <= 8 {
+		return 1024
+	}
+	return rowThreads
 }
 
 // AddRMSNorm adds d (f32 [T,H]) into the residual x, then writes
@@ -151,7 +165,9 @@ func (k *Kernels) SwiGLU(s *Stream, out, gu DevicePtr, T, I int) error {
 		return err
 	}
 	k.args.Reset().Ptr(out).Ptr(gu).I32(int32(I))
-	return k.launch("swiglu", Dim3{uint32(T), 1, 1}, Dim3{rowThreads, 1, 1}, s)
+	// About 128 blocks in all: a row of a small step over many blocks.
+	cols := max(1, min((I+rowThreads-1)/rowThreads, 128/T))
+	return k.launch("swiglu", Dim3{uint32(T), uint32(cols), 1}, Dim3{rowThreads, 1, 1}, s)
 }
 
 // AttnShape is the attention geometry of a model.
@@ -223,6 +239,80 @@ func (k *Kernels) PagedAttention(s *Stream, a AttnShape, p AttentionArgs) error 
 		Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).I32(int32(a.Heads)).I32(int32(a.KVHeads)).
 		I32(int32(a.HeadDim)).I32(int32(a.BlockSize)).F32(p.Scale)
 	return k.launch("paged_attention", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{attnThreads, 1, 1}, s)
+}
+
+// FlashSupported reports whether attn_mma covers shape a: head dim 64 or
+// 128 and at most 16 query heads per KV head (a warp's 16 rows hold at
+// least one token's group). Other shapes use PagedAttention.
+func FlashSupported(a AttnShape) bool {
+	return a.validate() == nil && (a.HeadDim == 64 || a.HeadDim == 128) && a.Heads/a.KVHeads <= 16
+}
+
+// FlashTileTokens is how many consecutive tokens of one sequence an
+// attn_mma tile holds for shape a: 16/G per warp, G = Heads/KVHeads.
+func FlashTileTokens(a AttnShape) int { return flashWarps * (16 / (a.Heads / a.KVHeads)) }
+
+// FlashSplits is the number of KV splits (attn_mma's gridDim.z) for a step
+// of tiles tiles on a GPU of sms multiprocessors: enough blocks for about
+// four per multiprocessor, at most flashMaxSplit, 1 when the tiles alone
+// fill the GPU. It depends on the tile count only, so a decode graph's
+// bucket always gets the same value.
+func FlashSplits(a AttnShape, tiles, sms int) int {
+	blocks := max(tiles*a.KVHeads, 1)
+	return min(max((4*sms+blocks-1)/blocks, 1), flashMaxSplit)
+}
+
+// FlashScratchBytes is the split scratch attn_mma needs for T token rows
+// split z ways (0 when z is 1): per (token, head, split) the fp32 output
+// row and its (max, sum).
+func FlashScratchBytes(a AttnShape, T, z int) int {
+	if z <= 1 {
+		return 0
+	}
+	return T * a.Heads * z * (a.HeadDim + 2) * 4
+}
+
+// FlashArgs are the buffers of FlashAttention beyond PagedAttention's.
+type FlashArgs struct {
+	AttentionArgs
+	Tiles    DevicePtr // int32 [NumTiles][2]: first token row, token count
+	NumTiles int
+	Splits   int       // KV splits, 1..16 (FlashSplits)
+	Scratch  DevicePtr // FlashScratchBytes(shape, T, Splits) bytes when Splits > 1
+}
+
+// FlashAttention is PagedAttention on the tensor cores (attn_mma in
+// kernels.cu): one block per (tile, KV head, split), the tile's tokens and
+// the GQA group's heads sharing every K/V row read, then attn_combine when
+// the keys were split. Tiles list runs of at most FlashTileTokens(a)
+// consecutive tokens of one sequence, covering every token once.
+func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
+	if !FlashSupported(a) {
+		return fmt.Errorf("%w: attn_mma takes head dim 64 or 128 and at most 16 heads per KV head, not %+v", ErrBadLaunch, a)
+	}
+	if err := positive("attn_mma", p.T, p.QStride, p.BTStride, p.NumTiles, p.Splits); err != nil {
+		return err
+	}
+	if p.Splits > flashMaxSplit || (p.Splits > 1 && p.Scratch == 0) {
+		return fmt.Errorf("%w: %d KV splits (at most %d, with scratch)", ErrBadLaunch, p.Splits, flashMaxSplit)
+	}
+	acc := p.Scratch
+	ml := acc + DevicePtr(p.T*a.Heads*p.Splits*a.HeadDim*4)
+	name := "attn_mma_hd128"
+	if a.HeadDim == 64 {
+		name = "attn_mma_hd64"
+	}
+	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).
+		Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(p.Tiles).I32(int32(a.Heads)).
+		I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E))
+	if err := k.launch(name, Dim3{uint32(p.NumTiles), uint32(a.KVHeads), uint32(p.Splits)}, Dim3{flashWarps * 32, 1, 1}, s); err != nil {
+		return err
+	}
+	if p.Splits == 1 {
+		return nil
+	}
+	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(a.Heads)).I32(int32(a.HeadDim)).I32(int32(p.Splits))
+	return k.launch("attn_combine", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{128, 1, 1}, s)
 }
 
 // Argmax writes out[r] (int32) = argmax of logits row r (f32, rows of

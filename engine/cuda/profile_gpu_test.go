@@ -19,7 +19,8 @@ import (
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
 // at positions 768–1023 beside 63 decoding sequences — and the wall time
 // of a 64-row decode step with logits to the host (Forward) against token
-// ids only (ForwardTokens). Eager steps (graphs off), KV contents zero:
+// ids only (ForwardTokens); each step with attn_mma and with
+// paged_attention. Eager steps (graphs off), KV contents zero:
 // attention costs do not depend on the values.
 func TestGPUStepProfile(t *testing.T) {
 	dir := os.Getenv("TRENI_PROFILE_MODEL")
@@ -83,7 +84,17 @@ func TestGPUStepProfile(t *testing.T) {
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
 	}
 	const reps = 5
-	for _, c := range cases {
+	// Every case with each attention kernel, side by side in one run.
+	var all []profCase
+	for _, mode := range []string{AttentionFlash, AttentionPaged} {
+		for _, c := range cases {
+			all = append(all, profCase{mode, c.name, c.bt})
+		}
+	}
+	for _, c := range all {
+		be.mu.Lock()
+		be.opts.Attention = c.mode
+		be.mu.Unlock()
 		// Once unprofiled (plans, lazily loaded kernels), then profiled.
 		if err := be.ForwardTokens(ctx, c.bt, choice, toks, nil); err != nil {
 			t.Fatal(err)
@@ -112,9 +123,12 @@ func TestGPUStepProfile(t *testing.T) {
 		for _, o := range ops {
 			parts = append(parts, fmt.Sprintf("%s %.3f (%.0f%%)", o.name, o.ms/float64(max(steps, 1)), 100*o.ms/max(sum, 1e-9)))
 		}
-		t.Logf("PROFILE %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
+		t.Logf("PROFILE %-5s %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.mode, c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
 	}
 	// Logits to the host against token ids only, 64 decoding rows.
+	be.mu.Lock()
+	be.opts.Attention = AttentionFlash
+	be.mu.Unlock()
 	bt := decode(seqs, ctxLen)
 	for _, mode := range []string{"Forward (64 logits rows to host)", "ForwardTokens (64 token ids)"} {
 		run := func() error {
@@ -134,4 +148,10 @@ func TestGPUStepProfile(t *testing.T) {
 		}
 		t.Logf("PROFILE %-40s wall %.3f ms/step", mode, float64(time.Since(start).Microseconds())/1000/reps)
 	}
+}
+
+// profCase is one step of TestGPUStepProfile with one attention kernel.
+type profCase struct {
+	mode, name string
+	bt         *sched.Batch
 }

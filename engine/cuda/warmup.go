@@ -53,11 +53,11 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
 	if maxT < 1 {
 		return nil
 	}
-	rows, meta := 8, 4*maxT+(maxT+bs-1)/bs
+	rows, meta := 8, metaLen(maxT, 1, (maxT+bs-1)/bs)
 	if !b.opts.NoGraphs && len(b.buckets) > 0 {
 		Bk := b.buckets[len(b.buckets)-1]
 		rows = max(rows, Bk)
-		meta = max(meta, 4*Bk+Bk*b.graphStride)
+		meta = max(meta, metaLen(Bk, Bk, b.graphStride))
 	}
 	if err := b.grow(maxT, rows, meta); err != nil {
 		return err
@@ -79,13 +79,13 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
 // padMeta lays out T padding rows (the warm-up's dummy tokens) with
 // tableRows table rows of stride entries (runner thread).
 func (b *Backend) padMeta(T, tableRows, stride int) {
-	b.hostMeta = stepMeta(b.hostMeta, &sched.Batch{}, b.opts.BlockSize, T, tableRows, stride)
+	b.layoutMeta(&sched.Batch{}, T, tableRows, stride)
 }
 
 // warmDecode runs bucket Bk's decode step eagerly on padding rows, then
 // captures its graph (runner thread); attrs go to the graph_capture stage.
 func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs) error {
-	if err := b.grow(Bk, Bk, 4*Bk+Bk*b.graphStride); err != nil {
+	if err := b.grow(Bk, Bk, metaLen(Bk, Bk, b.graphStride)); err != nil {
 		return err
 	}
 	b.padMeta(Bk, Bk, b.graphStride)

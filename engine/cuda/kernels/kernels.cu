@@ -35,7 +35,7 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 
 // rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
 // (the next GEMM's input). grid (T), block a multiple of 32.
-__global__ void rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
+__global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
 	__shared__ float red[32];
 	int t = blockIdx.x;
 	const float *xr = x + (long long)t * H;
@@ -88,13 +88,16 @@ __global__ void bias_add_f32(float *x, const float *b, int cols) {
 }
 
 // swiglu: out[t][i] = silu(gu[t][i]) * gu[t][I+i], where gu is the fused
-// gate|up projection [T][2I]. grid (T), any block size.
+// gate|up projection [T][2I]. grid (T, column blocks), any block size: a
+// decode step of a few tokens spreads each row over many blocks (one
+// block per row left a batch-1 step's 9,728 columns on one SM: 13% of
+// the step on the H100).
 __global__ void swiglu(bf16 *out, const bf16 *gu, int I) {
 	int t = blockIdx.x;
 	const bf16 *g = gu + (long long)t * 2 * I;
 	const bf16 *u = g + I;
 	bf16 *o = out + (long long)t * I;
-	for (int i = threadIdx.x; i < I; i += blockDim.x) {
+	for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += blockDim.x * gridDim.y) {
 		float a = bf2f(g[i]);
 		o[i] = f2bf(a / (1.f + expf(-a)) * bf2f(u[i]));
 	}
@@ -293,6 +296,268 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 #pragma unroll
 		for (int i = 0; i < ATT_WARPS; i++) a += wacc[i][d] * f[i];
 		o[d] = f2bf(a * inv);
+	}
+}
+
+} // extern "C"
+
+// ---- tensor-core attention ----------------------------------------------
+//
+// attn_mma is the attention of every step shape (prefill chunks, decode
+// tokens, both mixed) on the tensor cores. A block takes one tile — up to
+// FA_WARPS·(16/G) consecutive tokens of one sequence, G = nh/nkv query heads
+// per KV head — for one KV head, so the G heads of a GQA group and the
+// tile's tokens share every K/V row it reads: each key tile (FA_KEYS keys)
+// is read from the paged cache once into shared memory and used by up to
+// 64 query rows (paged_attention reads it once per query head and token).
+// Warp w owns 16 query rows, row r = (token w·(16/G) + r/G, head r%G of
+// the group); S = Q·Kᵀ and O += P·V are mma.m16n8k16 (bf16 in, fp32
+// accumulate), the softmax is online in fp32 (flash-attention 2), P
+// enters the second product as a bf16 pair (hi + lo).
+//
+// Split-KV: gridDim.z = Z splits the tile's keys [0, n) into Z ranges of
+// whole key tiles, for when tiles × KV heads alone would leave the GPU
+// idle (decode of a few long sequences). Z = 1 writes out directly; Z > 1
+// writes each split's unnormalised output and (max, sum) to part_acc and
+// part_ml, and attn_combine merges them. Each tile divides its own key
+// count, so a CUDA graph captured with a fixed Z stays right as contexts
+// grow.
+//
+// tiles holds (first token row, token count) per tile; grid (tiles, nkv,
+// Z), block FA_WARPS·32. HD (the head dim) is 64 or 128; G ≤ 16.
+#define FA_WARPS 4
+#define FA_KEYS 64
+
+template <int HD>
+__device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
+	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
+	const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
+	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 keys at
+	// one column then fall in 8 different bank quads.
+	__shared__ __align__(16) bf16 sk[FA_KEYS][HD + 8];
+	__shared__ __align__(16) bf16 sv[FA_KEYS][HD + 8];
+	const int G = nh / nkv, TPW = 16 / G;
+	const int tile = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+	const int t0 = tiles[2 * tile], cnt = tiles[2 * tile + 1];
+	const int *bt = block_tables + (long long)tok_seq[t0] * bt_stride;
+	const int n = pos[t0 + cnt - 1] + 1; // keys the tile's last token sees
+	int per = (n + Z - 1) / Z;
+	per = (per + FA_KEYS - 1) / FA_KEYS * FA_KEYS;
+	const int kb = z * per, ke = min(n, kb + per);
+
+	// This thread's two rows (gid, gid + 8) of its warp's 16.
+	int rtok[2], rhead[2], rpos[2];
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		int r = gid + 8 * i, lt = w * TPW + r / G;
+		bool ok = r < TPW * G && lt < cnt;
+		rtok[i] = t0 + (ok ? lt : 0);
+		rhead[i] = g * G + r % G;
+		rpos[i] = ok ? pos[rtok[i]] : -1;
+	}
+	if (kb >= n) {
+		// An empty split: weight zero in the combine.
+		if (tig == 0)
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				if (rpos[i] >= 0) {
+					long long pr = ((long long)rtok[i] * nh + rhead[i]) * Z + z;
+					part_ml[2 * pr] = NEG_INF;
+					part_ml[2 * pr + 1] = 0.f;
+				}
+		return;
+	}
+	const bool active = w * TPW < cnt;
+	const int wmax = warp_max_int(max(rpos[0], rpos[1])); // the warp's last key
+
+	unsigned int qa[HD / 16][4];
+#pragma unroll
+	for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			int i = j & 1, col = ks * 16 + tig * 2 + (j >> 1) * 8;
+			const bf16 *qr = q + (long long)rtok[i] * q_stride + rhead[i] * HD + col;
+			qa[ks][j] = rpos[i] >= 0 ? *(const unsigned int *)qr : 0u;
+		}
+	float o[HD / 8][4];
+#pragma unroll
+	for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+	const long long gstride = (long long)block_size * HD;
+	constexpr int CH = HD / 8;                          // 16-byte chunks per key row
+	constexpr int LPT = FA_KEYS * CH / (FA_WARPS * 32); // chunks of K (and of V) per thread per tile
+
+	for (int k0 = kb; k0 < ke; k0 += FA_KEYS) {
+		// Every load of the tile is issued before any is used, and before
+		// waiting for the other warps to finish the previous tile: one
+		// memory latency per tile, partly hidden behind their compute.
+		// (Load-then-store one chunk at a time paid LPT latencies per tile:
+		// a 64-sequence decode step's attention ran at a third of HBM
+		// bandwidth on the H100.)
+		uint4 kq[LPT], vq[LPT];
+#pragma unroll
+		for (int u = 0; u < LPT; u++) {
+			int c = threadIdx.x + u * FA_WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
+			kq[u] = vq[u] = make_uint4(0u, 0u, 0u, 0u);
+			if (j < ke) {
+				long long off = ((long long)bt[j / block_size] * nkv + g) * gstride + (long long)(j % block_size) * HD + part * 8;
+				kq[u] = *(const uint4 *)(kcache + off);
+				vq[u] = *(const uint4 *)(vcache + off);
+			}
+		}
+		__syncthreads(); // the previous tile is consumed
+#pragma unroll
+		for (int u = 0; u < LPT; u++) {
+			int c = threadIdx.x + u * FA_WARPS * 32, key = c / CH, part = c % CH;
+			*(uint4 *)&sk[key][part * 8] = kq[u];
+			*(uint4 *)&sv[key][part * 8] = vq[u];
+		}
+		__syncthreads();
+		if (!active || k0 > wmax) continue; // no row of this warp sees these keys
+
+		float s[FA_KEYS / 8][4];
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+		for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+			for (int nt = 0; nt < FA_KEYS / 8; nt++) {
+				const bf16 *kr = &sk[nt * 8 + gid][ks * 16 + tig * 2];
+				unsigned int b[2] = {*(const unsigned int *)kr, *(const unsigned int *)(kr + 8)};
+				mma_bf16_16816(s[nt], qa[ks], b);
+			}
+		// Mask (causal, split range, padding rows), scale, online softmax.
+		float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
+				float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
+				s[nt][e] = v;
+				mx[i] = fmaxf(mx[i], v);
+			}
+		float corr[2];
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+			float mn = fmaxf(m[i], mx[i]);
+			float mu = mn == NEG_INF ? 0.f : mn; // a row with no key yet: p = 0, no NaN
+			corr[i] = exp2f(m[i] - mu);
+			m[i] = mn;
+			mx[i] = mu;
+		}
+		float rs[2] = {0.f, 0.f};
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float p = exp2f(s[nt][e] - mx[e >> 1]);
+				s[nt][e] = p;
+				rs[e >> 1] += p;
+			}
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+			rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+			l[i] = l[i] * corr[i] + rs[i];
+		}
+#pragma unroll
+		for (int d = 0; d < HD / 8; d++) {
+			o[d][0] *= corr[0];
+			o[d][1] *= corr[0];
+			o[d][2] *= corr[1];
+			o[d][3] *= corr[1];
+		}
+		// O += P·V: S's accumulator layout of two adjacent key octets is
+		// the A layout of one 16-key step. P goes in as two bf16 terms,
+		// hi = bf16(P) and lo = bf16(P − hi), so it keeps about 16 bits
+		// (bf16 alone keeps 8, and moved the 4B-shaped model's logits
+		// further from the fp32 reference); the second product costs
+		// tensor-core time only, which decode does not lack.
+#pragma unroll
+		for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+			unsigned int hi[4], lo[4];
+			split_bf16x2(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
+			split_bf16x2(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
+			split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
+			split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
+			int kr = kk * 16 + tig * 2;
+#pragma unroll
+			for (int d = 0; d < HD / 8; d++) {
+				int col = d * 8 + gid;
+				unsigned int b[2] = {
+					(unsigned int)sv[kr][col] | ((unsigned int)sv[kr + 1][col] << 16),
+					(unsigned int)sv[kr + 8][col] | ((unsigned int)sv[kr + 9][col] << 16)};
+				mma_bf16_16816(o[d], hi, b);
+				mma_bf16_16816(o[d], lo, b);
+			}
+		}
+	}
+	if (!active) return;
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (rpos[i] < 0) continue;
+		long long row = (long long)rtok[i] * nh + rhead[i];
+		if (Z == 1) {
+			float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+			bf16 *dst = out + row * HD + tig * 2;
+#pragma unroll
+			for (int d = 0; d < HD / 8; d++)
+				*(unsigned int *)(dst + d * 8) = pack_bf16x2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+		} else {
+			long long pr = row * Z + z;
+			float *dst = part_acc + pr * HD + tig * 2;
+#pragma unroll
+			for (int d = 0; d < HD / 8; d++) {
+				dst[d * 8] = o[d][2 * i];
+				dst[d * 8 + 1] = o[d][2 * i + 1];
+			}
+			if (tig == 0) {
+				part_ml[2 * pr] = m[i];
+				part_ml[2 * pr + 1] = l[i];
+			}
+		}
+	}
+}
+
+extern "C" {
+
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd128(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
+	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
+	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
+	attn_mma_body<128>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,
+		nh, nkv, block_size, scale_log2);
+}
+
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd64(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
+	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
+	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
+	attn_mma_body<64>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,
+		nh, nkv, block_size, scale_log2);
+}
+
+// attn_combine merges attn_mma's Z split partials of each (token, head)
+// row: out = Σ acc_z·2^(m_z−M) / Σ l_z·2^(m_z−M), M the largest m_z. A
+// split that saw no key (l = 0) has weight 0 and its acc is not read.
+// grid (T, nh), any block size.
+__global__ void attn_combine(bf16 *out, const float *part_acc, const float *part_ml, int nh, int hd, int Z) {
+	long long row = (long long)blockIdx.x * nh + blockIdx.y;
+	const float *ml = part_ml + row * Z * 2;
+	float M = NEG_INF;
+	for (int z = 0; z < Z; z++)
+		if (ml[2 * z + 1] > 0.f) M = fmaxf(M, ml[2 * z]);
+	float L = 0.f;
+	for (int z = 0; z < Z; z++)
+		if (ml[2 * z + 1] > 0.f) L += ml[2 * z + 1] * exp2f(ml[2 * z] - M);
+	float inv = L > 0.f ? 1.f / L : 0.f;
+	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+		float a = 0.f;
+		for (int z = 0; z < Z; z++)
+			if (ml[2 * z + 1] > 0.f) a += part_acc[(row * Z + z) * hd + d] * exp2f(ml[2 * z] - M);
+		out[row * hd + d] = f2bf(a * inv);
 	}
 }
 

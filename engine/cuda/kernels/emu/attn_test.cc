@@ -1,0 +1,171 @@
+// attn_test runs the attention kernels of kernels.cu on the CPU emulator
+// (cuda_emu.h) and compares them with a float64 reference: paged_attention
+// (the emulator's own check: it passes on the GPU), and attn_mma with one
+// KV split and with several (attn_combine merging them), for GQA groups of
+// 1 to 5 heads, head dims 64 and 128, prefill chunks that span several
+// tiles, decode tokens, causal masking inside a tile, and block tables
+// whose logical and physical orders differ. Positions past each
+// sequence's length and blocks no table uses hold NaN, so a read past the
+// keys a row may see poisons the output. Exit status 1 on any error above
+// the tolerance (the GPU test's: 4e-3 relative L2). Built and run by
+// engine/cuda TestAttentionKernelsOnCPUEmulator.
+#include "cuda_emu.h"
+#include "../kernels.cu"
+
+#include <cstdio>
+#include <random>
+
+namespace {
+
+float bf(bf16 v) { return __uint_as_float((unsigned)v << 16); }
+
+struct Chunk {
+	int pos, len; // the step's tokens of one sequence: positions [pos, pos+len)
+};
+
+struct Case {
+	const char *name;
+	int nh, nkv, hd, bs;
+	std::vector<Chunk> chunks;
+};
+
+double relErr(const std::vector<bf16> &got, const std::vector<double> &ref) {
+	double num = 0, den = 0;
+	for (size_t i = 0; i < ref.size(); i++) {
+		double d = bf(got[i]) - ref[i];
+		num += d * d;
+		den += ref[i] * ref[i];
+	}
+	return std::sqrt(num / den);
+}
+
+bool run(const Case &c, std::mt19937 &rng) {
+	const int nh = c.nh, nkv = c.nkv, hd = c.hd, bs = c.bs, S = (int)c.chunks.size();
+	const int qstride = (nh + 2 * nkv) * hd;
+	std::vector<int> nblk(S);
+	int btStride = 1, NB = 3, T = 0;
+	for (int s = 0; s < S; s++) {
+		nblk[s] = (c.chunks[s].pos + c.chunks[s].len + bs - 1) / bs;
+		btStride = max(btStride, nblk[s] + 1);
+		NB += nblk[s];
+		T += c.chunks[s].len;
+	}
+	std::vector<int> perm(NB);
+	for (int i = 0; i < NB; i++) perm[i] = i;
+	std::shuffle(perm.begin(), perm.end(), rng);
+	const float nan = std::nanf("");
+	// Table entries past a sequence's blocks point at an unused (NaN) block.
+	std::vector<int> bt(S * btStride, perm[NB - 1]);
+	int next = 0;
+	for (int s = 0; s < S; s++)
+		for (int j = 0; j < nblk[s]; j++) bt[s * btStride + j] = perm[next++];
+	std::normal_distribution<float> nd(0.f, 1.f);
+	size_t cacheN = (size_t)NB * nkv * bs * hd;
+	std::vector<bf16> kc(cacheN, f2bf(nan)), vc(cacheN, f2bf(nan)), q((size_t)T * qstride);
+	for (auto &x : q) x = f2bf(nd(rng));
+	auto at = [&](int s, int j, int g) { return ((size_t)(bt[s * btStride + j / bs] * nkv + g) * bs + j % bs) * hd; };
+	for (int s = 0; s < S; s++)
+		for (int j = 0; j < c.chunks[s].pos + c.chunks[s].len; j++)
+			for (int g = 0; g < nkv; g++)
+				for (int d = 0; d < hd; d++) {
+					kc[at(s, j, g) + d] = f2bf(nd(rng));
+					vc[at(s, j, g) + d] = f2bf(nd(rng));
+				}
+	std::vector<int> tokSeq, pos;
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < c.chunks[s].len; i++) {
+			tokSeq.push_back(s);
+			pos.push_back(c.chunks[s].pos + i);
+		}
+	// Reference.
+	const int G = nh / nkv;
+	const double scale = 1 / std::sqrt((double)hd);
+	std::vector<double> ref((size_t)T * nh * hd, 0.0);
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < nh; h++) {
+			int s = tokSeq[t], n = pos[t] + 1, g = h / G;
+			std::vector<double> sc(n);
+			double mx = -INFINITY, z = 0;
+			for (int j = 0; j < n; j++) {
+				double a = 0;
+				for (int d = 0; d < hd; d++) a += (double)bf(q[(size_t)t * qstride + h * hd + d]) * bf(kc[at(s, j, g) + d]);
+				sc[j] = a * scale;
+				mx = std::max(mx, sc[j]);
+			}
+			for (int j = 0; j < n; j++) z += sc[j] = std::exp(sc[j] - mx);
+			for (int j = 0; j < n; j++)
+				for (int d = 0; d < hd; d++) ref[((size_t)t * nh + h) * hd + d] += sc[j] / z * bf(vc[at(s, j, g) + d]);
+		}
+	bool ok = true;
+	auto report = [&](const char *what, const std::vector<bf16> &got) {
+		double e = relErr(got, ref);
+		bool pass = e <= 4e-3; // NaN fails
+		std::printf("%-4s %-10s %-26s rel_l2 %.2e\n", pass ? "ok" : "FAIL", c.name, what, e);
+		ok = ok && pass;
+	};
+	std::vector<bf16> out((size_t)T * nh * hd, f2bf(nan));
+	emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{ATT_THREADS, 1, 1}, [&] {
+		paged_attention(out.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(), bt.data(), btStride,
+			nh, nkv, hd, bs, (float)scale);
+	});
+	report("paged_attention", out);
+	// Tiles as the backend cuts them (engine/cuda stepMeta).
+	const int tileTokens = FA_WARPS * (16 / G);
+	std::vector<int> tiles;
+	for (int s = 0, t = 0; s < S; t += c.chunks[s].len, s++)
+		for (int j = 0; j < c.chunks[s].len; j += tileTokens) {
+			tiles.push_back(t + j);
+			tiles.push_back(min(tileTokens, c.chunks[s].len - j));
+		}
+	const unsigned nTiles = (unsigned)tiles.size() / 2;
+	for (int Z : {1, 3}) {
+		std::fill(out.begin(), out.end(), f2bf(nan));
+		std::vector<float> acc((size_t)T * nh * Z * hd, nan), ml((size_t)T * nh * Z * 2, nan);
+		emu::launch(dim3{nTiles, (unsigned)nkv, (unsigned)Z}, dim3{FA_WARPS * 32, 1, 1}, [&] {
+			auto f = hd == 64 ? attn_mma_hd64 : attn_mma_hd128;
+			f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
+				bt.data(), btStride, tiles.data(), nh, nkv, bs, (float)(scale * M_LOG2E));
+		});
+		if (Z > 1)
+			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
+				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
+		report(Z == 1 ? "attn_mma" : "attn_mma 3 splits+combine", out);
+		if (Z > 1) { // how many (row, split) partials saw keys: the splits must be real
+			int used = 0;
+			for (size_t i = 1; i < ml.size(); i += 2) used += ml[i] > 0.f;
+			std::printf("     %-10s %d of %zu (row, split) partials have keys\n", c.name, used, ml.size() / 2);
+			int maxn = 0;
+			for (const Chunk &ch : c.chunks) maxn = max(maxn, ch.pos + ch.len);
+			if (maxn > FA_KEYS && used <= T * nh) { // a row past one key tile must have been split
+				std::printf("FAIL %-10s no row's keys were split\n", c.name);
+				ok = false;
+			}
+		}
+	}
+	return ok;
+}
+
+} // namespace
+
+int main() {
+	std::mt19937 rng(7);
+	const Case cases[] = {
+		// Qwen3-4B's group (4 heads per KV head): a prefill chunk over two
+		// tiles beside two decode tokens, one long enough for several key tiles.
+		{"gqa4-hd128", 8, 2, 128, 16, {{40, 20}, {150, 1}, {3, 1}}},
+		// Decode only, long contexts: each split has keys (the combine's case).
+		{"gqa4-decode", 4, 1, 128, 16, {{300, 1}, {200, 1}, {129, 1}}},
+		// Qwen3-0.6B's group (2): a chunk from position 0, causal within tiles.
+		{"gqa2-hd128", 4, 2, 128, 16, {{0, 37}}},
+		// Qwen2-like: 3 heads per KV head (a warp holds 5 tokens, 15 rows), head dim 64, small blocks.
+		{"gqa3-hd64", 6, 2, 64, 4, {{10, 12}, {70, 1}}},
+		// 5 heads per group (Qwen3-14B's 40/8): 3 tokens per warp.
+		{"gqa5-hd64", 5, 1, 64, 16, {{0, 13}, {90, 1}}},
+		// Multi-head attention: 16 tokens per warp, a 64-token tile.
+		{"mha-hd64", 2, 2, 64, 8, {{5, 70}}},
+	};
+	bool ok = true;
+	for (const Case &c : cases) ok = run(c, rng) && ok;
+	std::printf(ok ? "PASS\n" : "FAIL\n");
+	return ok ? 0 : 1;
+}
