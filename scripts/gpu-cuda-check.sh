@@ -36,6 +36,14 @@ fi
 build_s=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
 fatbin_bytes=$(wc -c < "$OUT/kernels.fatbin")
 say "fatbin $fatbin_bytes bytes in ${build_s}s"
+# Reproducible: a second build of the same sources is byte for byte the
+# same (so a committed fatbin can be checked against its sources).
+mkdir -p "$OUT/rebuild"
+if NVCC=$NVCC sh "$ROOT/engine/cuda/kernels/build.sh" "$OUT/rebuild" >>"$LOG" 2>&1 && cmp -s "$OUT/kernels.fatbin" "$OUT/rebuild/kernels.fatbin"; then
+	say "fatbin reproducible: a second nvcc build is byte-identical"
+else
+	say "fatbin NOT reproducible: a second nvcc build differs"
+fi
 "$NVCC" -cubin -arch=sm_90 -O3 -Xptxas -v -o /dev/null "$ROOT/engine/cuda/kernels/kernels.cu" > "$OUT/ptxas-sm90.txt" 2>&1
 run /usr/local/cuda/bin/cuobjdump --list-elf --list-ptx "$OUT/kernels.fatbin"
 

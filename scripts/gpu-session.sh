@@ -41,7 +41,8 @@ for part in $PARTS; do
 		summary+=("check rc=$rc fatbin $fb; $(grep -cE '^--- PASS' "$R/check/gpu-tests.log" 2>/dev/null) tests passed, $(grep -cE '^--- FAIL' "$R/check/gpu-tests.log" 2>/dev/null) failed")
 		# Kernel sources changed since the committed fatbin: the later parts
 		# load the one nvcc just built (the binaries embed the old one).
-		if [[ $fb == DIFFERS && -s $R/check/kernels.fatbin ]]; then
+		# Only a fatbin whose tests passed: otherwise they keep the embedded one.
+		if [[ $fb == DIFFERS && $rc == 0 && -s $R/check/kernels.fatbin ]]; then
 			export TRENI_CUDA_FATBIN=$R/check/kernels.fatbin
 			t "later parts load the fresh fatbin ($TRENI_CUDA_FATBIN)"
 		fi
@@ -83,7 +84,7 @@ tar -C "$OUT" -czf "$OUT/session.tgz" s
 for part in $PARTS; do
 	echo "=== $part"
 	case $part in
-	check) grep -E "^(--- FAIL|FAIL)|ERR |fatbin" "$R/check.txt" | head -20 ;;
+	check) grep -E "^(--- FAIL|FAIL)|attn_mma|LOGITS|fatbin|compute-sanitizer" "$R/check.txt" | head -30 ;;
 	cold) sed -n '/^### Floors/,$p' "$R/cold.txt" | grep -vE '^\| (process_start|runtime_init|tensor_index|tokenizer|page_cache|kernel_load|kv_alloc|http_ready|cuda_init|graph_capture|warmup|first_request|decoder_tensor)' | head -60 ;;
 	serve) sed -n '/^### 64/,$p' "$R/serve.txt" | head -45 ;;
 	profile) grep -E "PROFILE|^(--- |FAIL|ok)" "$R/profile.txt" | sed -E 's/^ +//; s/profile_gpu_test.go:[0-9]+: //' | cut -c1-400 ;;
