@@ -177,13 +177,51 @@ func ruleA(x *facts, h *Hypothesis) {
 	if x.CachedRise > 0 {
 		h.Evidence = append(h.Evidence, Evidence{"page cache grew", gb(x.CachedRise)})
 	}
+	ls := splitLoad(x.run.Spans)
 	if x.loadTerm > 0 {
-		h.Evidence = append(h.Evidence, Evidence{"page_cache stage", stat.FormatDuration(x.loadTerm)})
+		label := "page_cache stage"
+		if ls.deferred {
+			label = "page_cache stage (residency check only)"
+		}
+		h.Evidence = append(h.Evidence, Evidence{label, stat.FormatDuration(x.loadTerm)})
+	}
+	if ls.readWaitMS >= 0 {
+		// The engine read the files inside its upload: the time its copies
+		// waited for those reads is the page-cache (or disk) part of it.
+		h.Evidence = append(h.Evidence, Evidence{"upload waited on file reads", fmt.Sprintf("%.0f ms", ls.readWaitMS)})
 	}
 	if x.coldCache {
 		h.TermMS = stat.MS(x.loadTerm + x.uploadTerm)
 	}
 	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler, or run with --evict-page-cache)")...)
+}
+
+// loadSplit is what a run's loading spans say about reading the weights:
+// the milliseconds the decoder_tensor_upload spans waited on file reads
+// and on the device's copies (trace.AttrReadWaitMS, trace.AttrCopyWaitMS;
+// −1 when no span says), and whether a page_cache span only checked
+// residency (trace.ReadsDeferred).
+type loadSplit struct {
+	readWaitMS, copyWaitMS float64
+	deferred               bool
+}
+
+func splitLoad(spans []trace.Span) loadSplit {
+	ls := loadSplit{readWaitMS: -1, copyWaitMS: -1}
+	for _, sp := range spans {
+		switch sp.Name {
+		case trace.StagePageCache:
+			ls.deferred = ls.deferred || trace.ReadsDeferred(sp.Attrs)
+		case trace.StageDecoderTensorUpload:
+			if v, ok := sp.Attrs.Float(trace.AttrReadWaitMS); ok {
+				ls.readWaitMS = max(ls.readWaitMS, 0) + v
+			}
+			if v, ok := sp.Attrs.Float(trace.AttrCopyWaitMS); ok {
+				ls.copyWaitMS = max(ls.copyWaitMS, 0) + v
+			}
+		}
+	}
+	return ls
 }
 
 // ruleB: moving the weights into the engine's resident memory. With the

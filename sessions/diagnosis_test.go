@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ type scenario struct {
 	coldTTFT  float64
 	warmTTFT  float64
 	rssJump   float64 // RSS growth during the cold request
+	attrs     map[trace.Stage]trace.Attrs
 }
 
 type stageDur struct {
@@ -34,7 +36,7 @@ func (sc scenario) events() []trace.Event {
 	ev = append(ev, trace.Event{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, PID: 1}})
 	t := 0.0
 	for _, s := range sc.stages {
-		ev = append(ev, trace.Event{At: d(t + s.ms), Kind: trace.KindStage, Stage: &trace.Span{Name: s.name, Start: d(t), End: d(t + s.ms)}})
+		ev = append(ev, trace.Event{At: d(t + s.ms), Kind: trace.KindStage, Stage: &trace.Span{Name: s.name, Start: d(t), End: d(t + s.ms), Attrs: sc.attrs[s.name]}})
 		t += s.ms
 	}
 	ev = append(ev, trace.Event{At: d(t), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerHealthy}})
@@ -145,6 +147,76 @@ func TestDiffExplainsPageCacheRegression(t *testing.T) {
 	}
 	if !strings.Contains(res.Text(), row.Why) {
 		t.Fatalf("text lacks the explanation:\n%s", res.Text())
+	}
+}
+
+// TestDiffSplitsDeferredReads: an engine that reads its weights inside
+// decoder_tensor_upload (the CUDA backend, --load copy) reports a page_cache
+// stage that only checked residency, and splits its upload into read and
+// copy waits. With the cache cold in NEW, diff must not call the shorter
+// residency check an improvement; the read wait is the regression, and the
+// explanation names the cold page cache. The diagnosis says the same.
+func TestDiffSplitsDeferredReads(t *testing.T) {
+	dir := t.TempDir()
+	deferred := trace.Attrs{trace.AttrRead: trace.ReadDeferred + "decoder_tensor_upload (the CUDA backend reads the files itself)"}
+	side := func(resident, checkMS, uploadMS, readWait, copyWait float64) scenario {
+		return scenario{stages: base(stageDur{trace.StagePageCache, checkMS}, stageDur{trace.StageDecoderTensorUpload, uploadMS}),
+			residency: resident, weights: 8e9, coldTTFT: 30, warmTTFT: 6,
+			attrs: map[trace.Stage]trace.Attrs{trace.StagePageCache: deferred,
+				trace.StageDecoderTensorUpload: {trace.AttrReadWaitMS: readWait, trace.AttrCopyWaitMS: copyWait}}}
+	}
+	warm := side(1, 100, 260, 150, 40)
+	cold := side(0, 23, 5300, 5100, 41)
+	bs, _ := Open(writeSession(t, dir, "b.jsonl", warm.events()))
+	ns, _ := Open(writeSession(t, dir, "n.jsonl", cold.events()))
+	res, err := Diff([]*Session{bs}, []*Session{ns}, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if r.Metric == "stage/page_cache" {
+			t.Fatalf("a residency check reported as the page_cache read: %+v", r)
+		}
+	}
+	check := findRow(t, res, "stage/page_cache.residency_check")
+	if check.Verdict != DiffResidencyCheck || check.Change > -0.7 {
+		t.Fatalf("residency check row %+v", check)
+	}
+	for _, r := range res.Rows {
+		if r.Verdict == DiffImprovement {
+			t.Fatalf("improvement %+v\n%s", r, res.Text())
+		}
+	}
+	read := findRow(t, res, "stage/decoder_tensor_upload.read_wait")
+	if read.Verdict != DiffRegression || read.Base.Median != 150 || read.New.Median != 5100 ||
+		!strings.Contains(read.Why, "cold in NEW, 0% of the weights resident against 100% in BASE") {
+		t.Fatalf("read wait row %+v", read)
+	}
+	if cw := findRow(t, res, "stage/decoder_tensor_upload.copy_wait"); cw.Verdict == DiffRegression {
+		t.Fatalf("copy wait row %+v", cw)
+	}
+	text := res.Text()
+	for _, want := range []string{"stage/decoder_tensor_upload.read_wait", check.Why, read.Why} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("text lacks %q:\n%s", want, text)
+		}
+	}
+	// Rows in stage order, a stage's parts right after it.
+	var order []string
+	for _, r := range res.Rows {
+		order = append(order, r.Metric)
+	}
+	iUp, iRead := slices.Index(order, "stage/decoder_tensor_upload"), slices.Index(order, "stage/decoder_tensor_upload.read_wait")
+	if iUp < 0 || iRead != iUp+1 && iRead != iUp+2 {
+		t.Fatalf("row order %v", order)
+	}
+	a, _ := Diagnose(cold.events()).Hypothesis("A")
+	got := map[string]string{}
+	for _, e := range a.Evidence {
+		got[e.Name] = e.Value
+	}
+	if got["upload waited on file reads"] != "5100 ms" || got["page_cache stage (residency check only)"] == "" {
+		t.Fatalf("A evidence %v", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package trace
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -112,7 +113,27 @@ const (
 	AttrFiles    = "files"      // files touched
 	AttrReported = "reported_s" // the server's own figure for the stage, in seconds
 	AttrLine     = "line"       // the log line a parsed span came from
+	// AttrRead on a page_cache span says how the weights were read; a value
+	// starting with ReadDeferred means the span only checked residency and
+	// another stage (decoder_tensor_upload) read the files.
+	AttrRead = "read"
+	// AttrReadWaitMS and AttrCopyWaitMS on a decoder_tensor_upload span
+	// split it: milliseconds the copy loop waited for file reads (disk or
+	// page cache) and for the device's copies.
+	AttrReadWaitMS = "copy_loop_read_wait_ms"
+	AttrCopyWaitMS = "copy_loop_fence_wait_ms"
 )
+
+// ReadDeferred starts AttrRead's value when the span did not read the
+// weights itself.
+const ReadDeferred = "deferred to "
+
+// ReadsDeferred reports whether a page_cache span's attributes say that it
+// only checked residency (AttrRead starts with ReadDeferred).
+func ReadsDeferred(a Attrs) bool {
+	v, ok := a.String(AttrRead)
+	return ok && strings.HasPrefix(v, ReadDeferred)
+}
 
 // Span is one cold stage's interval on the session clock. A producer may
 // first publish it Open (End is then the last time it was seen running) and

@@ -24,7 +24,7 @@ func TestAttentionKernelsOnCPUEmulator(t *testing.T) {
 		t.Skipf("no C++ compiler (%s): the kernels' CPU emulation needs one (install g++ or set CXX)", cxx)
 	}
 	bin := filepath.Join(t.TempDir(), "attn_test")
-	build := exec.Command(path, "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-o", bin, "kernels/emu/attn_test.cc")
+	build := exec.Command(path, "-std=c++20", "-O2", "-fno-strict-aliasing", "-o", bin, "kernels/emu/attn_test.cc")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the emulated attention test with %s: %v\n%s", cxx, err, out)
 	}

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/treni-top/treni-top/trace"
 )
 
 // How the weights reach the device. Two paths, both measured on the lent
@@ -205,7 +207,7 @@ func (st stagedStats) attrs() map[string]any {
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return map[string]any{"read_busy_ms": ms(st.readBusy), "read_gb_per_s_per_reader": perReader,
-		"copy_loop_read_wait_ms": ms(st.readWait), "copy_loop_fence_wait_ms": ms(st.fenceWait), "slot_register_ms": ms(st.prepare)}
+		trace.AttrReadWaitMS: ms(st.readWait), trace.AttrCopyWaitMS: ms(st.fenceWait), "slot_register_ms": ms(st.prepare)}
 }
 
 // runStaged reads every chunk into the ring with up to readers goroutines

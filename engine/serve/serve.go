@@ -409,11 +409,11 @@ func loadCheckpoint(ctx context.Context, o Options, em *emitter, start time.Time
 			return ck, time.Time{}, 0, err
 		}
 		pEnd := time.Now()
-		read := "deferred to decoder_tensor_upload (the CUDA backend reads the files itself)"
+		read := trace.ReadDeferred + "decoder_tensor_upload (the CUDA backend reads the files itself)"
 		if onHost {
-			read = "deferred to decoder_tensor_upload (--load copy reads the files into the engine's memory)"
+			read = trace.ReadDeferred + "decoder_tensor_upload (--load copy reads the files into the engine's memory)"
 		}
-		em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": total, "resident_bytes": res, "files": len(ck.WeightFiles()), "read": read})
+		em.stage(trace.StagePageCache, pStart, pEnd, trace.Attrs{"bytes": total, "resident_bytes": res, "files": len(ck.WeightFiles()), trace.AttrRead: read})
 		frac := 1.0
 		if total > 0 {
 			frac = float64(res) / float64(total)

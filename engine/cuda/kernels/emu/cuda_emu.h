@@ -1,21 +1,23 @@
 // cuda_emu.h runs treni-top's kernels on the CPU, for tests on machines
 // without a GPU (and for check_host.sh's syntax check). Every CUDA thread
-// of a block is an OS thread; __syncthreads is a barrier over the block,
-// a shuffle or an mma a rendezvous of the warp's 32 threads. Blocks run
-// one after another, so a kernel's __shared__ arrays (static locals here)
-// are one block's shared memory. It is slow (a rendezvous costs tens of
-// microseconds on a small machine): give it small shapes. It says nothing
-// about performance or device code generation; nvcc and the GPU tests do.
+// of a block is a fiber (ucontext) on one OS thread, switched only where
+// CUDA threads meet: __syncthreads is a barrier over the block, a shuffle
+// or an mma a rendezvous of the warp's 32 fibers. One OS thread, no
+// preemption: a run does the same thing on any host, busy or idle, and
+// a busy host only slows it down in proportion. Blocks run one after
+// another, so a kernel's __shared__ arrays (static locals here) are one
+// block's shared memory. It says nothing about performance or device code
+// generation; nvcc and the GPU tests do.
 #ifndef TRENI_CUDA_EMU_H
 #define TRENI_CUDA_EMU_H
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <thread>
+#include <functional>
+#include <stdexcept>
+#include <ucontext.h>
 #include <vector>
 
 #define __global__
@@ -43,34 +45,73 @@ inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 
 namespace emu {
 
+// Fiber is one CUDA thread of the running launch.
+struct Fiber {
+	ucontext_t ctx;
+	std::vector<char> stack;
+	dim3 tid, bid;
+	bool done = false;
+};
+
+// Sched runs a launch's fibers round-robin on the calling thread.
+struct Sched {
+	ucontext_t main;
+	std::vector<Fiber> fibers;
+	int cur = -1;
+	std::function<void()> kernel;
+	dim3 grid;
+};
+
+inline Sched *sched; // the launch in progress (launches do not nest)
+
+// yield hands the OS thread back to the scheduler, which resumes the next
+// fiber that is not done.
+inline void yield() { swapcontext(&sched->fibers[sched->cur].ctx, &sched->main); }
+
+// Barrier releases its n participants once all have arrived; the fibers
+// that arrive early yield until then.
+struct Barrier {
+	explicit Barrier(int n) : n(n) {}
+	void arrive_and_wait() {
+		unsigned g = gen;
+		if (++arrived == n) {
+			arrived = 0;
+			gen++;
+			return;
+		}
+		while (gen == g) yield();
+	}
+	int n, arrived = 0;
+	unsigned gen = 0;
+};
+
 // Warp is the rendezvous point of one warp's lanes.
 struct Warp {
-	std::barrier<> bar{32};
+	Barrier bar{32};
 	uint64_t xch[32];
 	unsigned a[32][4], b[32][2];
-	float c[32][4];
 };
 
 // Block is one launch's threads' shared state.
 struct Block {
-	explicit Block(int threads) : bar(threads), warps((threads + 31) / 32) {
-		for (auto &w : warps) w = std::make_unique<Warp>();
-	}
-	std::barrier<> bar;
-	std::vector<std::unique_ptr<Warp>> warps;
+	explicit Block(int threads) : bar(threads), warps((threads + 31) / 32) {}
+	Barrier bar;
+	std::vector<Warp> warps;
 };
 
-inline thread_local Block *block;
-inline thread_local Warp *warp;
-inline thread_local int lane;
+inline Block *block;
+inline Warp *warp;
+inline int lane;
 
 template <class T> inline T shfl(T v, int src) {
 	uint64_t u = 0;
 	std::memcpy(&u, &v, sizeof(T));
-	warp->xch[lane] = u;
-	warp->bar.arrive_and_wait();
-	uint64_t r = warp->xch[src & 31];
-	warp->bar.arrive_and_wait(); // nobody overwrites xch before all have read
+	Warp *w = warp;
+	int l = lane;
+	w->xch[l] = u;
+	w->bar.arrive_and_wait();
+	uint64_t r = w->xch[src & 31];
+	w->bar.arrive_and_wait(); // nobody overwrites xch before all have read
 	T out;
 	std::memcpy(&out, &r, sizeof(T));
 	return out;
@@ -78,7 +119,8 @@ template <class T> inline T shfl(T v, int src) {
 
 } // namespace emu
 
-inline thread_local dim3 threadIdx, blockIdx;
+// The running fiber's indices: the scheduler sets them before resuming it.
+inline dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 
 inline void __syncthreads() { emu::block->bar.arrive_and_wait(); }
@@ -114,6 +156,31 @@ inline void treni_emu_mma_bf16_16816(float d[4], const unsigned a[4], const unsi
 
 namespace emu {
 
+inline void resume(int i) {
+	Fiber &f = sched->fibers[i];
+	sched->cur = i;
+	threadIdx = f.tid;
+	blockIdx = f.bid;
+	warp = &block->warps[f.tid.x / 32];
+	lane = (int)f.tid.x % 32;
+	swapcontext(&sched->main, &f.ctx);
+}
+
+// fiberMain runs one CUDA thread over every block of the grid in order.
+inline void fiberMain() {
+	Fiber &f = sched->fibers[sched->cur];
+	dim3 g = sched->grid;
+	for (unsigned z = 0; z < g.z; z++)
+		for (unsigned y = 0; y < g.y; y++)
+			for (unsigned x = 0; x < g.x; x++) {
+				f.bid = dim3{x, y, z};
+				blockIdx = f.bid;
+				sched->kernel();
+				block->bar.arrive_and_wait(); // the block is done: the next reuses shared memory
+			}
+	f.done = true; // the fibers vector never moves while the launch runs
+}
+
 // launch runs kernel() (a lambda calling the __global__ function with its
 // arguments) over grid × block threads, block.x threads per block.
 template <class F> void launch(dim3 grid, dim3 blk, F kernel) {
@@ -121,22 +188,32 @@ template <class F> void launch(dim3 grid, dim3 blk, F kernel) {
 	gridDim = grid;
 	int n = (int)blk.x;
 	Block b(n);
-	std::vector<std::thread> ts;
-	for (int t = 0; t < n; t++)
-		ts.emplace_back([&, t] {
-			block = &b;
-			warp = b.warps[t / 32].get();
-			lane = t % 32;
-			threadIdx = dim3{(unsigned)t, 0, 0};
-			for (unsigned z = 0; z < grid.z; z++)
-				for (unsigned y = 0; y < grid.y; y++)
-					for (unsigned x = 0; x < grid.x; x++) {
-						blockIdx = dim3{x, y, z};
-						kernel();
-						b.bar.arrive_and_wait(); // the block is done: the next reuses shared memory
-					}
-		});
-	for (auto &t : ts) t.join();
+	Sched s;
+	s.kernel = kernel;
+	s.grid = grid;
+	s.fibers.resize(n);
+	block = &b;
+	sched = &s;
+	for (int t = 0; t < n; t++) {
+		Fiber &f = s.fibers[t];
+		f.tid = dim3{(unsigned)t, 0, 0};
+		f.stack.resize(256 << 10);
+		if (getcontext(&f.ctx) != 0) throw std::runtime_error("getcontext");
+		f.ctx.uc_stack.ss_sp = f.stack.data();
+		f.ctx.uc_stack.ss_size = f.stack.size();
+		f.ctx.uc_link = &s.main; // a finished fiber returns to the scheduler
+		makecontext(&f.ctx, fiberMain, 0);
+	}
+	for (bool running = true; running;) {
+		running = false;
+		for (int t = 0; t < n; t++)
+			if (!s.fibers[t].done) {
+				resume(t);
+				running = running || !s.fibers[t].done;
+			}
+	}
+	sched = nullptr;
+	block = nullptr;
 }
 
 } // namespace emu
