@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -318,4 +319,37 @@ func countOf(f float64, u uint64) float64 {
 		return f
 	}
 	return float64(u)
+}
+
+// processStartMetric is the process start time, in Unix seconds, that
+// Prometheus client libraries export from their default process collector
+// (prometheus_client in Python on Linux: vLLM and SGLang serving from one
+// API server process expose it on /metrics; vLLM's multi-process registry,
+// used with several API servers, does not).
+const processStartMetric = "process_start_time_seconds"
+
+// ProcessStart is when the page's server process started
+// (process_start_time_seconds, a gauge or untyped, its first series). ok is
+// false when the page lacks it or it is not a plausible time (not a number,
+// or before 2001).
+func (p Page) ProcessStart() (start time.Time, ok bool) {
+	f := p.family(processStartMetric)
+	if f == nil || len(f.GetMetric()) == 0 {
+		return time.Time{}, false
+	}
+	m := f.GetMetric()[0]
+	var v float64
+	switch {
+	case m.GetGauge() != nil:
+		v = m.GetGauge().GetValue()
+	case m.GetUntyped() != nil:
+		v = m.GetUntyped().GetValue()
+	default:
+		return time.Time{}, false
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 1e9 {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(v)
+	return time.Unix(int64(sec), int64(frac*1e9)).UTC(), true
 }

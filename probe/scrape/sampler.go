@@ -104,17 +104,28 @@ func (s *Sampler) Sample(ctx context.Context) ([]trace.Sample, error) {
 }
 
 // fetch GETs and parses the page.
-func (s *Sampler) fetch(ctx context.Context) (Page, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+func (s *Sampler) fetch(ctx context.Context) (Page, error) { return Fetch(ctx, s.client, s.url, nil) }
+
+// Fetch GETs the Prometheus page at url with client, header's fields added
+// (an API key), and parses it. A page that is missing (not 200), HTML or
+// JSON, or does not parse is an error wrapping ErrNoMetrics, with a hint a
+// user can act on where there is one.
+func Fetch(ctx context.Context, client *http.Client, url string, header http.Header) (Page, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", s.url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	// Ask for the text format: servers that speak OpenMetrics or
 	// protobuf fall back to it.
 	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", s.url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -123,23 +134,23 @@ func (s *Sampler) fetch(ctx context.Context) (Page, error) {
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (llama-server needs --metrics, SGLang --enable-metrics)"
 		}
-		return nil, fmt.Errorf("%w: GET %s: %s%s", ErrNoMetrics, s.url, resp.Status, hint)
+		return nil, fmt.Errorf("%w: GET %s: %s%s", ErrNoMetrics, url, resp.Status, hint)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err == nil && (mt == "text/html" || mt == "application/json") {
-			return nil, fmt.Errorf("%w: GET %s answered %s, not a Prometheus page", ErrNoMetrics, s.url, mt)
+			return nil, fmt.Errorf("%w: GET %s answered %s, not a Prometheus page", ErrNoMetrics, url, mt)
 		}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPage+1))
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: read: %w", s.url, err)
+		return nil, fmt.Errorf("scrape %s: read: %w", url, err)
 	}
 	if len(body) > maxPage {
-		return nil, fmt.Errorf("scrape %s: page larger than %d MiB", s.url, maxPage>>20)
+		return nil, fmt.Errorf("scrape %s: page larger than %d MiB", url, maxPage>>20)
 	}
 	p, err := ParseBytes(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNoMetrics, s.url, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoMetrics, url, err)
 	}
 	return p, nil
 }
