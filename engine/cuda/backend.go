@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,16 +201,7 @@ const AttentionEnv = "TRENI_CUDA_ATTENTION"
 
 // attentionMode resolves BackendOptions.Attention and AttentionEnv.
 func attentionMode(opt string) (string, error) {
-	if v := os.Getenv(AttentionEnv); v != "" {
-		opt = v
-	}
-	switch opt {
-	case "", AttentionFlash:
-		return AttentionFlash, nil
-	case AttentionPaged:
-		return AttentionPaged, nil
-	}
-	return "", fmt.Errorf("cuda: attention kernel %q is not one of %s, %s (check %s)", opt, AttentionFlash, AttentionPaged, AttentionEnv)
+	return envChoice("attention kernel", AttentionEnv, opt, AttentionFlash, AttentionPaged)
 }
 
 // useFlash says whether steps run attn_mma (FlashAttention).
@@ -226,16 +219,23 @@ func (b *Backend) attentionKernel() string {
 
 // uploadMode resolves BackendOptions.Upload and UploadEnv.
 func uploadMode(opt string) (string, error) {
-	if v := os.Getenv(UploadEnv); v != "" {
+	return envChoice("upload mode", UploadEnv, opt, UploadStaged, UploadMapped)
+}
+
+// envChoice resolves an option that the environment variable env
+// overrides when set: "" is choices[0] (the default), any other value must
+// be one of choices.
+func envChoice(what, env, opt string, choices ...string) (string, error) {
+	if v := os.Getenv(env); v != "" {
 		opt = v
 	}
-	switch opt {
-	case "", UploadStaged:
-		return UploadStaged, nil
-	case UploadMapped:
-		return UploadMapped, nil
+	if opt == "" {
+		return choices[0], nil
 	}
-	return "", fmt.Errorf("cuda: upload mode %q is not one of %s, %s (check %s)", opt, UploadStaged, UploadMapped, UploadEnv)
+	if slices.Contains(choices, opt) {
+		return opt, nil
+	}
+	return "", fmt.Errorf("cuda: %s %q is not one of %s (check %s)", what, opt, strings.Join(choices, ", "), env)
 }
 
 // VocabSize is the length of a logits row.
