@@ -178,15 +178,31 @@ func (b *Backend) Forward(ctx context.Context, bt *sched.Batch, logits [][]float
 	return b.step(ctx, bt, &stepOut{logits: logits})
 }
 
+// acquire takes the backend for device work: it counts the caller in
+// pending while it waits for and holds mu (the background warm-up yields
+// to pending work, see warmup.go), and fails with ErrClosed after Close.
+// release undoes both.
+func (b *Backend) acquire() (release func(), err error) {
+	b.pending.Add(1)
+	b.mu.Lock()
+	release = func() {
+		b.mu.Unlock()
+		b.pending.Add(-1)
+	}
+	if b.closed {
+		release()
+		return nil, ErrClosed
+	}
+	return release, nil
+}
+
 // step is Forward and ForwardTokens past their own checks.
 func (b *Backend) step(ctx context.Context, bt *sched.Batch, out *stepOut) error {
-	b.pending.Add(1)
-	defer b.pending.Add(-1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
+	release, err := b.acquire()
+	if err != nil {
+		return err
 	}
+	defer release()
 	if err := b.validate(bt); err != nil {
 		return err
 	}

@@ -238,13 +238,11 @@ func (b *Backend) CopyBlocks(ctx context.Context, src, dst []int32) error {
 	if err := checkBlockPairs(src, dst, b.opts.NumBlocks); err != nil {
 		return err
 	}
-	b.pending.Add(1)
-	defer b.pending.Add(-1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
+	release, err := b.acquire()
+	if err != nil {
+		return err
 	}
+	defer release()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cuda: copy KV blocks: %w", err)
 	}
