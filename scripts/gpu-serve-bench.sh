@@ -12,8 +12,9 @@
 #      is warm from parts 1–2);
 #   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
 #      run puts the prefix in the cache; scripts/workloads/prefix_ttft_*.json);
-#   5. with COMPARE_PAGED=1, part 1 again on a fresh server running the
-#      previous attention kernel (TRENI_CUDA_ATTENTION=paged);
+#   5. VARIANTS (see below): part 1 and the chunked_prefill workload again
+#      on fresh servers with another attention kernel, the committed
+#      fatbin or another step token budget, for ratios in one run;
 #   6. the table, printed last (scripts/serve_bench_table.py).
 # Batch-1 ITL and the 52-token warm TTFT come from scripts/gpu-cold-bench.sh.
 # Usage on the GPU machine, with a treni-top built elsewhere:
@@ -80,17 +81,32 @@ say "kv blocks used at the end: $(metric treni_kv_blocks_used) of $(metric treni
 curl -fsS http://127.0.0.1:$PORT/metrics >"$RES/metrics-end.txt" 2>/dev/null
 kill $PID; wait $PID 2>/dev/null
 trap - EXIT
-if [[ -n ${COMPARE_PAGED:-} ]]; then
-	# The same 64 streams on a fresh server with the previous attention
-	# kernel (paged_attention), for the ratio in one run.
-	say "serve $PRESET with TRENI_CUDA_ATTENTION=paged"
-	TRENI_CUDA_ATTENTION=paged "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
-		--max-model-len 20480 ${SERVE_FLAGS:-} 2>"$RES/serve-paged.log" &
+# Variants: part 1 (and the chunked_prefill workload) again, each on a
+# fresh server, for ratios measured in one run. VARIANTS lists them:
+#   paged       the previous attention kernel (TRENI_CUDA_ATTENTION=paged);
+#   committed   the kernels of the committed fatbin (TRENI_CUDA_FATBIN
+#               unset), when the main server ran a freshly built one;
+#   budgetN     --max-batched-tokens N.
+# COMPARE_PAGED=1 is VARIANTS=paged.
+VARIANTS=${VARIANTS:-}
+[[ -n ${COMPARE_PAGED:-} ]] && VARIANTS="paged $VARIANTS"
+for v in $VARIANTS; do
+	envs=() flags=()
+	case $v in
+	paged) envs=(TRENI_CUDA_ATTENTION=paged) ;;
+	committed) envs=(-u TRENI_CUDA_FATBIN) ;;
+	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
+	*) say "unknown variant $v"; continue ;;
+	esac
+	say "serve $PRESET, variant $v: ${envs[*]} ${flags[*]}"
+	env "${envs[@]}" "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
+		--max-model-len 20480 ${SERVE_FLAGS:-} "${flags[@]}" 2>"$RES/serve-$v.log" &
 	PID=$!
 	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
 	for _ in $(seq 1 600); do curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.1; done
-	streams -paged
+	streams "-$v"
+	bench "chunked-$v" --workload chunked_prefill --warmup-runs 0 --repeat-runs 1
 	kill $PID; wait $PID 2>/dev/null
 	trap - EXIT
-fi
+done
 python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"

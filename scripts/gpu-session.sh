@@ -52,6 +52,13 @@ for part in $PARTS; do
 		# on the serve bench's 4B-shaped checkpoint (TestGPUStepProfile).
 		m=/tmp/treni-cold-bench/qwen3-4b
 		[[ -f $m/config.json ]] || "$BIN" model synth --arch qwen3 --preset 4b --out "$m" --seed 7 --tokenizer "$TOK" >"$R/profile.txt" 2>&1
+		# With a freshly built fatbin, the committed one's kernels first, in
+		# the same call, for the ratio.
+		if [[ -n ${TRENI_CUDA_FATBIN:-} ]]; then
+			echo "PROFILE of the committed fatbin (embedded), for comparison" >>"$R/profile.txt"
+			(cd engine/cuda && env -u TRENI_CUDA_FATBIN TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1
+			echo "PROFILE of the fresh fatbin ($TRENI_CUDA_FATBIN)" >>"$R/profile.txt"
+		fi
 		(cd engine/cuda && TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1
 		rc=$?
 		summary+=("profile rc=$rc")
@@ -62,7 +69,7 @@ for part in $PARTS; do
 		summary+=("cold bench rc=$rc")
 		;;
 	serve)
-		PARTS=${SERVE_PARTS:-"streams qps workloads prefix"} BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench NREQ=${NREQ:-32} \
+		PARTS=${SERVE_PARTS:-"streams qps workloads prefix"} VARIANTS=${VARIANTS:-} BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench NREQ=${NREQ:-32} \
 			timeout "${SERVE_S:-200}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
 		rc=$?
 		summary+=("serve bench rc=$rc")

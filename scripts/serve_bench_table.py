@@ -30,12 +30,17 @@ def row(cells):
 def main():
     res = sys.argv[1]
     out = []
-    streams = [(k, p, load(res, stem)) for k, p, stem in (
-        ("attn_mma", "fresh", "streams64-fresh"), ("attn_mma", "in prefix cache", "streams64"),
-        ("paged_attention", "fresh", "streams64-fresh-paged"), ("paged_attention", "in prefix cache", "streams64-paged"))]
+    # The main server, then each variant of gpu-serve-bench.sh (files
+    # streams64-fresh-<variant>.json), in the order the script ran them.
+    variants = sorted((f[len("streams64-fresh-"):-len(".json")] for f in os.listdir(res)
+                       if f.startswith("streams64-fresh-") and f.endswith(".json")),
+                      key=lambda v: os.path.getmtime(os.path.join(res, "streams64-fresh-%s.json" % v)))
+    streams = [("main", "fresh", load(res, "streams64-fresh")), ("main", "in prefix cache", load(res, "streams64"))]
+    for v in variants:
+        streams += [(v, "fresh", load(res, "streams64-fresh-" + v)), (v, "in prefix cache", load(res, "streams64-" + v))]
     if any(r for _, _, r in streams):
         out += ["### 64 concurrent streams, 1024 in / 128 out", "",
-                row(["attention", "prompts", "output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
+                row(["server", "prompts", "output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
                 row(["---", "---"] + ["--:"] * 6)]
         for k, p, r in streams:
             if not r:
@@ -45,6 +50,18 @@ def main():
                     out.append(row([k, p, "%.0f" % m["output_tok_per_s"], "%.2f" % dist(m, "tpot_ms", "p50"),
                                     "%.2f" % dist(m, "tpot_ms", "p99"), "%.1f" % dist(m, "ttft_ms", "p50"),
                                     "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
+        out.append("")
+    chunked = [(v, load(res, "chunked-" + v)) for v in variants]
+    if any(r for _, r in chunked):
+        out += ["### chunked_prefill workload per variant (fresh server each)", "",
+                row(["server", "output tok/s", "TTFT p50", "ITL p50", "ITL p99", "TPOT p99", "failed"]),
+                row(["---"] + ["--:"] * 6)]
+        for v, r in chunked:
+            for w in (r or {}).get("workloads", []):
+                for m in w.get("runs", []):
+                    out.append(row([v, "%.0f" % m["output_tok_per_s"], "%.1f" % dist(m, "ttft_ms", "p50"),
+                                    "%.2f" % dist(m, "itl_ms", "p50"), "%.2f" % dist(m, "itl_ms", "p99"),
+                                    "%.2f" % dist(m, "tpot_ms", "p99"), str(m["failed"])]))
         out.append("")
     r = load(res, "qps")
     if r:

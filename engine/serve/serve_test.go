@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -98,6 +99,10 @@ func TestRunInProcess(t *testing.T) {
 	if !strings.Contains(stderr.String(), "device auto") {
 		t.Fatalf("auto device choice not logged:\n%s", stderr.String())
 	}
+	// No budget given: the CPU backend's default, said in the serving line.
+	if want := fmt.Sprintf("on cpu: 64 KV blocks × 16 positions, context 4096, max batch 16, %d tokens a step", DefaultBatchedTokens("cpu")); !strings.Contains(stderr.String(), want) {
+		t.Fatalf("serving line does not say %q:\n%s", want, stderr.String())
+	}
 }
 
 func TestRunRejectsBadOptions(t *testing.T) {
@@ -107,6 +112,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{ModelDir: "x", Device: "tpu"},
 		{ModelDir: "x", Device: "cpu", WarmupPasses: -1},
 		{ModelDir: "x", Device: "cpu", KVTouchGiB: -2},
+		{ModelDir: "x", Device: "cpu", MaxBatchedTokens: -1},
 		{ModelDir: filepath.Join(t.TempDir(), "missing"), Device: "cpu"},
 	} {
 		o.Stderr = io.Discard
@@ -151,7 +157,7 @@ func TestRunLoadCopy(t *testing.T) {
 		ready := make(chan string, 1)
 		done := make(chan error, 1)
 		go func() {
-			done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", Device: "cpu", KVBlocks: 64, Load: load,
+			done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", Device: "cpu", KVBlocks: 64, Load: load, MaxBatchedTokens: 40,
 				TokenizerCacheDir: "-", Stderr: &stderr, Ready: func(a string) { ready <- a }})
 		}()
 		var addr string
@@ -188,6 +194,9 @@ func TestRunLoadCopy(t *testing.T) {
 	}
 	mapped, _ := complete("mmap")
 	copied, log := complete("copy")
+	if !strings.Contains(log, "40 tokens a step") {
+		t.Errorf("the budget asked for (40) is not the one served with:\n%s", log)
+	}
 	if copied != mapped {
 		t.Errorf("greedy text with --load copy %q differs from --load mmap %q", copied, mapped)
 	}

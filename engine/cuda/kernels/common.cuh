@@ -98,4 +98,55 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned int a[
 }
 #endif
 
+// ldmatrix_x4 loads four 8×8 matrices of 16-bit elements from shared
+// memory, one warp together: lane l gives the address of row l%8 of matrix
+// l/8 (16 contiguous bytes, 16-byte aligned), and lane t receives in r[j]
+// the elements (t/4, 2(t%4)) and (t/4, 2(t%4)+1) of matrix j — the mma
+// B-fragment layout of a matrix stored with the n index on rows. The
+// .trans form gives (2(t%4), t/4) and (2(t%4)+1, t/4) instead: for a
+// matrix stored with the k index on rows. One instruction replaces eight
+// 32-bit (or sixteen 16-bit) shared loads and the packing of their halves.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ void ldmatrix_x4(unsigned int r[4], const void *p) {
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned int r[4], const void *p) {
+	unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+#else
+void treni_emu_ldmatrix_x4(unsigned int r[4], const void *p, bool trans);
+__device__ __forceinline__ void ldmatrix_x4(unsigned int r[4], const void *p) { treni_emu_ldmatrix_x4(r, p, false); }
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned int r[4], const void *p) { treni_emu_ldmatrix_x4(r, p, true); }
+#endif
+
+// cp_async16 copies 16 bytes from global to shared memory without passing
+// through registers (cp.async.cg, Ampere and later): the copy runs while
+// the thread goes on, and is only known to have landed after
+// cp_async_wait<N> (every committed group but the newest N is done) and,
+// for other threads' copies, a __syncthreads after it. valid = false
+// fills the 16 bytes with zeros (src-size 0) and reads nothing; src must
+// still be a mapped address. cp_async_commit closes the group of copies
+// issued since the last commit. In the CPU emulator each copy is made when
+// its thread waits for its group (the latest moment the hardware allows),
+// so a read before the wait sees stale shared memory there too.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+	unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#else
+void treni_emu_cp_async16(void *dst, const void *src, bool valid);
+void treni_emu_cp_async_commit();
+void treni_emu_cp_async_wait(int n);
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) { treni_emu_cp_async16(dst, src, valid); }
+__device__ __forceinline__ void cp_async_commit() { treni_emu_cp_async_commit(); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { treni_emu_cp_async_wait(N); }
+#endif
+
 #endif

@@ -327,6 +327,12 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // Z), block FA_WARPS·32. HD (the head dim) is 64 or 128; G ≤ 16.
 #define FA_WARPS 4
 #define FA_KEYS 64
+// FA_MIN_BLOCKS is attn_mma's __launch_bounds__ minimum of resident blocks
+// per SM (1: no register cap); a build flag, for measuring occupancy
+// against spills.
+#ifndef FA_MIN_BLOCKS
+#define FA_MIN_BLOCKS 1
+#endif
 
 template <int HD>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
@@ -388,113 +394,122 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	constexpr int CH = HD / 8;                          // 16-byte chunks per key row
 	constexpr int LPT = FA_KEYS * CH / (FA_WARPS * 32); // chunks of K (and of V) per thread per tile
 
-	for (int k0 = kb; k0 < ke; k0 += FA_KEYS) {
-		// Every load of the tile is issued before any is used, and before
-		// waiting for the other warps to finish the previous tile: one
-		// memory latency per tile, partly hidden behind their compute.
-		// (Load-then-store one chunk at a time paid LPT latencies per tile:
-		// a 64-sequence decode step's attention ran at a third of HBM
-		// bandwidth on the H100.)
-		uint4 kq[LPT], vq[LPT];
+	// K and V tiles travel by cp.async straight into shared memory, one
+	// stage ahead of their use: V(i) loads while S(i) = Q·K(i)ᵀ and its
+	// softmax run, K(i+1) while O += P·V(i) runs. (Staging each tile in
+	// registers, loaded only after the previous tile was consumed, held 64
+	// registers per thread — 2 blocks per SM — and ran a 64-sequence
+	// decode step's attention at about 1.2 TB/s on the H100.)
+	auto load = [&](bf16 (*dst)[HD + 8], const bf16 *cache, int k0) {
 #pragma unroll
 		for (int u = 0; u < LPT; u++) {
 			int c = threadIdx.x + u * FA_WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
-			kq[u] = vq[u] = make_uint4(0u, 0u, 0u, 0u);
-			if (j < ke) {
-				long long off = ((long long)bt[j / block_size] * nkv + g) * gstride + (long long)(j % block_size) * HD + part * 8;
-				kq[u] = *(const uint4 *)(kcache + off);
-				vq[u] = *(const uint4 *)(vcache + off);
-			}
+			bool ok = j < ke; // keys past the split read as zeros: P = 0 must not meet NaN
+			const bf16 *src = cache;
+			if (ok) src += ((long long)bt[j / block_size] * nkv + g) * gstride + (long long)(j % block_size) * HD + part * 8;
+			cp_async16(&dst[key][part * 8], src, ok);
 		}
-		__syncthreads(); // the previous tile is consumed
-#pragma unroll
-		for (int u = 0; u < LPT; u++) {
-			int c = threadIdx.x + u * FA_WARPS * 32, key = c / CH, part = c % CH;
-			*(uint4 *)&sk[key][part * 8] = kq[u];
-			*(uint4 *)&sv[key][part * 8] = vq[u];
-		}
-		__syncthreads();
-		if (!active || k0 > wmax) continue; // no row of this warp sees these keys
-
+	};
+	load(sk, kcache, kb);
+	cp_async_commit();
+	for (int k0 = kb; k0 < ke; k0 += FA_KEYS) {
+		// sv is free: every warp passed the barrier after the previous P·V.
+		load(sv, vcache, k0);
+		cp_async_commit();
+		cp_async_wait<1>(); // this thread's part of K(i)
+		__syncthreads();    // everyone's
+		const bool use = active && k0 <= wmax; // some row of this warp sees these keys
 		float s[FA_KEYS / 8][4];
 #pragma unroll
 		for (int nt = 0; nt < FA_KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+		if (use) {
+			// K fragments by ldmatrix: matrices (key octet nt, dims
+			// ks·16 + 0..7 | 8..15) and the same for octet nt+1.
 #pragma unroll
-		for (int ks = 0; ks < HD / 16; ks++)
+			for (int ks = 0; ks < HD / 16; ks++)
 #pragma unroll
-			for (int nt = 0; nt < FA_KEYS / 8; nt++) {
-				const bf16 *kr = &sk[nt * 8 + gid][ks * 16 + tig * 2];
-				unsigned int b[2] = {*(const unsigned int *)kr, *(const unsigned int *)(kr + 8)};
-				mma_bf16_16816(s[nt], qa[ks], b);
+				for (int nt = 0; nt < FA_KEYS / 8; nt += 2) {
+					unsigned int b[4];
+					ldmatrix_x4(b, &sk[nt * 8 + (lane >> 4) * 8 + (lane & 7)][ks * 16 + ((lane >> 3) & 1) * 8]);
+					mma_bf16_16816(s[nt], qa[ks], b);
+					mma_bf16_16816(s[nt + 1], qa[ks], b + 2);
+				}
+			// Mask (causal, split range, padding rows), scale, online softmax.
+			float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+			for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
+					float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
+					s[nt][e] = v;
+					mx[i] = fmaxf(mx[i], v);
+				}
+			float corr[2];
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+				mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+				float mn = fmaxf(m[i], mx[i]);
+				float mu = mn == NEG_INF ? 0.f : mn; // a row with no key yet: p = 0, no NaN
+				corr[i] = exp2f(m[i] - mu);
+				m[i] = mn;
+				mx[i] = mu;
 			}
-		// Mask (causal, split range, padding rows), scale, online softmax.
-		float mx[2] = {NEG_INF, NEG_INF};
+			float rs[2] = {0.f, 0.f};
 #pragma unroll
-		for (int nt = 0; nt < FA_KEYS / 8; nt++)
+			for (int nt = 0; nt < FA_KEYS / 8; nt++)
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
-				float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
-				s[nt][e] = v;
-				mx[i] = fmaxf(mx[i], v);
-			}
-		float corr[2];
+				for (int e = 0; e < 4; e++) {
+					float p = exp2f(s[nt][e] - mx[e >> 1]);
+					s[nt][e] = p;
+					rs[e >> 1] += p;
+				}
 #pragma unroll
-		for (int i = 0; i < 2; i++) {
-			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-			float mn = fmaxf(m[i], mx[i]);
-			float mu = mn == NEG_INF ? 0.f : mn; // a row with no key yet: p = 0, no NaN
-			corr[i] = exp2f(m[i] - mu);
-			m[i] = mn;
-			mx[i] = mu;
-		}
-		float rs[2] = {0.f, 0.f};
-#pragma unroll
-		for (int nt = 0; nt < FA_KEYS / 8; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float p = exp2f(s[nt][e] - mx[e >> 1]);
-				s[nt][e] = p;
-				rs[e >> 1] += p;
+			for (int i = 0; i < 2; i++) {
+				rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+				rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+				l[i] = l[i] * corr[i] + rs[i];
 			}
 #pragma unroll
-		for (int i = 0; i < 2; i++) {
-			rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-			rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-			l[i] = l[i] * corr[i] + rs[i];
+			for (int d = 0; d < HD / 8; d++) {
+				o[d][0] *= corr[0];
+				o[d][1] *= corr[0];
+				o[d][2] *= corr[1];
+				o[d][3] *= corr[1];
+			}
 		}
-#pragma unroll
-		for (int d = 0; d < HD / 8; d++) {
-			o[d][0] *= corr[0];
-			o[d][1] *= corr[0];
-			o[d][2] *= corr[1];
-			o[d][3] *= corr[1];
-		}
+		cp_async_wait<0>(); // this thread's part of V(i)
+		__syncthreads();    // everyone's; and every warp is done with sk
+		if (k0 + FA_KEYS < ke) load(sk, kcache, k0 + FA_KEYS);
+		cp_async_commit(); // K(i+1), or an empty group on the last tile
 		// O += P·V: S's accumulator layout of two adjacent key octets is
 		// the A layout of one 16-key step. P goes in as two bf16 terms,
 		// hi = bf16(P) and lo = bf16(P − hi), so it keeps about 16 bits
 		// (bf16 alone keeps 8, and moved the 4B-shaped model's logits
 		// further from the fp32 reference); the second product costs
 		// tensor-core time only, which decode does not lack.
+		if (use)
 #pragma unroll
-		for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-			unsigned int hi[4], lo[4];
-			split_bf16x2(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
-			split_bf16x2(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
-			split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
-			split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
-			int kr = kk * 16 + tig * 2;
+			for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+				unsigned int hi[4], lo[4];
+				split_bf16x2(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
+				split_bf16x2(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
+				split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
+				split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
+				// V fragments by ldmatrix.trans: matrices (keys kk·16 +
+				// 0..7 | 8..15, dim octet d) and the same for octet d+1.
 #pragma unroll
-			for (int d = 0; d < HD / 8; d++) {
-				int col = d * 8 + gid;
-				unsigned int b[2] = {
-					(unsigned int)sv[kr][col] | ((unsigned int)sv[kr + 1][col] << 16),
-					(unsigned int)sv[kr + 8][col] | ((unsigned int)sv[kr + 9][col] << 16)};
-				mma_bf16_16816(o[d], hi, b);
-				mma_bf16_16816(o[d], lo, b);
+				for (int d = 0; d < HD / 8; d += 2) {
+					unsigned int b[4];
+					ldmatrix_x4_trans(b, &sv[kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)][(d + (lane >> 4)) * 8]);
+					mma_bf16_16816(o[d], hi, b);
+					mma_bf16_16816(o[d], lo, b);
+					mma_bf16_16816(o[d + 1], hi, b + 2);
+					mma_bf16_16816(o[d + 1], lo, b + 2);
+				}
 			}
-		}
+		__syncthreads(); // every warp is done with sv
 	}
 	if (!active) return;
 #pragma unroll
@@ -525,14 +540,14 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 
 extern "C" {
 
-__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd128(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
+__global__ void __launch_bounds__(FA_WARPS * 32, FA_MIN_BLOCKS) attn_mma_hd128(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
 	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
 	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
 	attn_mma_body<128>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,
 		nh, nkv, block_size, scale_log2);
 }
 
-__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd64(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
+__global__ void __launch_bounds__(FA_WARPS * 32, FA_MIN_BLOCKS) attn_mma_hd64(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
 	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
 	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
 	attn_mma_body<64>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,

@@ -45,12 +45,33 @@ inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 
 namespace emu {
 
+// AsyncCopy is one cp.async the thread issued and has not waited for.
+struct AsyncCopy {
+	void *dst;
+	const void *src;
+	bool valid;
+	void land() const {
+		if (valid) std::memcpy(dst, src, 16);
+		else std::memset(dst, 0, 16);
+	}
+};
+
 // Fiber is one CUDA thread of the running launch.
 struct Fiber {
 	ucontext_t ctx;
 	std::vector<char> stack;
 	dim3 tid, bid;
 	bool done = false;
+	std::vector<AsyncCopy> open;               // cp.async issued since the last commit
+	std::vector<std::vector<AsyncCopy>> groups; // committed groups, oldest first
+	// flushAsync lands every copy still in flight (the block is ending).
+	void flushAsync() {
+		for (auto &g : groups)
+			for (auto &c : g) c.land();
+		for (auto &c : open) c.land();
+		groups.clear();
+		open.clear();
+	}
 };
 
 // Sched runs a launch's fibers round-robin on the calling thread.
@@ -89,6 +110,7 @@ struct Barrier {
 struct Warp {
 	Barrier bar{32};
 	uint64_t xch[32];
+	const void *rows[32];
 	unsigned a[32][4], b[32][2];
 };
 
@@ -154,6 +176,44 @@ inline void treni_emu_mma_bf16_16816(float d[4], const unsigned a[4], const unsi
 	std::memcpy(d, out, sizeof(out));
 }
 
+// cp.async: a copy lands when its thread waits for its group, the latest
+// moment the hardware allows (see common.cuh's cp_async16).
+inline void treni_emu_cp_async16(void *dst, const void *src, bool valid) {
+	emu::sched->fibers[emu::sched->cur].open.push_back(emu::AsyncCopy{dst, src, valid});
+}
+inline void treni_emu_cp_async_commit() {
+	emu::Fiber &f = emu::sched->fibers[emu::sched->cur];
+	f.groups.push_back(std::move(f.open));
+	f.open.clear();
+}
+inline void treni_emu_cp_async_wait(int n) {
+	emu::Fiber &f = emu::sched->fibers[emu::sched->cur];
+	while ((int)f.groups.size() > n) {
+		for (auto &c : f.groups.front()) c.land();
+		f.groups.erase(f.groups.begin());
+	}
+}
+
+// treni_emu_ldmatrix_x4 is ldmatrix.m8n8.x4(.trans).b16: every lane posts
+// its row address, then each reads its four registers from the rows.
+inline void treni_emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
+	emu::Warp *w = emu::warp;
+	int l = emu::lane;
+	w->rows[l] = p;
+	w->bar.arrive_and_wait();
+	auto at = [&](int m, int row, int col) {
+		uint16_t v;
+		std::memcpy(&v, (const char *)w->rows[m * 8 + row] + 2 * col, 2);
+		return (unsigned)v;
+	};
+	int g = l >> 2, c = l & 3;
+	unsigned out[4];
+	for (int m = 0; m < 4; m++)
+		out[m] = trans ? at(m, 2 * c, g) | at(m, 2 * c + 1, g) << 16 : at(m, g, 2 * c) | at(m, g, 2 * c + 1) << 16;
+	w->bar.arrive_and_wait(); // every lane has read the rows
+	std::memcpy(r, out, sizeof(out));
+}
+
 namespace emu {
 
 inline void resume(int i) {
@@ -176,6 +236,7 @@ inline void fiberMain() {
 				f.bid = dim3{x, y, z};
 				blockIdx = f.bid;
 				sched->kernel();
+				f.flushAsync(); // copies in flight land before the block ends
 				block->bar.arrive_and_wait(); // the block is done: the next reuses shared memory
 			}
 	f.done = true; // the fibers vector never moves while the launch runs
