@@ -84,6 +84,7 @@ trap - EXIT
 # Variants: part 1 (and the chunked_prefill workload) again, each on a
 # fresh server, for ratios measured in one run. VARIANTS lists them:
 #   paged       the previous attention kernel (TRENI_CUDA_ATTENTION=paged);
+#   flash4      attn_mma without its one-warp form (TRENI_CUDA_ATTENTION=flash4);
 #   committed   the kernels of the committed fatbin (TRENI_CUDA_FATBIN
 #               unset), when the main server ran a freshly built one;
 #   budgetN     --max-batched-tokens N.
@@ -94,6 +95,7 @@ for v in $VARIANTS; do
 	envs=() flags=()
 	case $v in
 	paged) envs=(TRENI_CUDA_ATTENTION=paged) ;;
+	flash4) envs=(TRENI_CUDA_ATTENTION=flash4) ;;
 	committed) envs=(-u TRENI_CUDA_FATBIN) ;;
 	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
 	*) say "unknown variant $v"; continue ;;

@@ -49,7 +49,8 @@ type BackendOptions struct {
 	ColdPageCache bool
 	// Attention picks the attention kernel: AttentionFlash (default: the
 	// tensor-core attn_mma where it covers the shape, paged_attention
-	// otherwise) or AttentionPaged; AttentionEnv overrides it.
+	// otherwise), AttentionFlash4 or AttentionPaged; AttentionEnv
+	// overrides it.
 	Attention string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
@@ -134,6 +135,7 @@ type Backend struct {
 	capScratch              int
 	metaTableRows           int // block-table rows of the metadata in hostMeta
 	metaTiles               int // attention tiles of the metadata in hostMeta
+	metaWarpTiles           int // how many of them come first and run on one warp
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int
@@ -192,29 +194,44 @@ func checkOptions(ck *model.Checkpoint, opts BackendOptions) error {
 // Attention kernels of BackendOptions.Attention.
 const (
 	AttentionFlash = "flash"
-	AttentionPaged = "paged"
+	// AttentionFlash4 is attn_mma on four-warp blocks only (the one-warp
+	// form for tiles of a warp's tokens off), for comparisons.
+	AttentionFlash4 = "flash4"
+	AttentionPaged  = "paged"
 )
 
-// AttentionEnv overrides BackendOptions.Attention when set (flash or
-// paged), so benchmarks can compare the two kernels on one binary.
+// AttentionEnv overrides BackendOptions.Attention when set (flash, flash4
+// or paged), so benchmarks can compare the kernels on one binary.
 const AttentionEnv = "TRENI_CUDA_ATTENTION"
 
 // attentionMode resolves BackendOptions.Attention and AttentionEnv.
 func attentionMode(opt string) (string, error) {
-	return envChoice("attention kernel", AttentionEnv, opt, AttentionFlash, AttentionPaged)
+	return envChoice("attention kernel", AttentionEnv, opt, AttentionFlash, AttentionPaged, AttentionFlash4)
 }
 
 // useFlash says whether steps run attn_mma (FlashAttention).
 func (b *Backend) useFlash() bool {
-	return b.opts.Attention == AttentionFlash && FlashSupported(b.attnShape())
+	return (b.opts.Attention == AttentionFlash || b.opts.Attention == AttentionFlash4) && FlashSupported(b.attnShape())
+}
+
+// warpTileTokens is the most tokens a tile may hold to run on one warp
+// (attn_mma_w1), 0 when no tile does.
+func (b *Backend) warpTileTokens() int {
+	if b.opts.Attention != AttentionFlash || !b.useFlash() {
+		return 0
+	}
+	return FlashWarpTokens(b.attnShape())
 }
 
 // attentionKernel names the attention kernel steps run, for the stages.
 func (b *Backend) attentionKernel() string {
-	if b.useFlash() {
-		return "attn_mma"
+	switch {
+	case !b.useFlash():
+		return "paged_attention"
+	case b.warpTileTokens() == 0:
+		return "attn_mma (four-warp blocks only)"
 	}
-	return "paged_attention"
+	return "attn_mma"
 }
 
 // uploadMode resolves BackendOptions.Upload and UploadEnv.

@@ -16,18 +16,21 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{7, 8, 9}, Pos: 3, Blocks: []int32{5, 2}},
 		{SeqID: 2, Tokens: []int32{4}, Pos: 0, Blocks: []int32{6, 1, 0}},
 	}}
-	// Eager: 4 token rows, 2 table rows of stride 2, tiles of 2 tokens.
-	m, tiles := stepMeta(nil, bt, 4, 4, 2, 2, 2)
+	// Eager: 4 token rows, 2 table rows of stride 2, tiles of 2 tokens,
+	// warp tiles of 1.
+	m, tiles, warp := stepMeta(nil, bt, 4, 4, 2, 2, 2, 1)
 	want := []int32{
 		7, 8, 9, 4, // tokens
 		3, 4, 5, 0, // positions
 		5*4 + 3, 2*4 + 0, 2*4 + 1, 6 * 4, // slots: block*bs + pos%bs
 		0, 0, 0, 1, // token → sequence row
 		5, 2, 6, 1, // tables (truncated to the stride)
-		0, 2, 2, 1, 3, 1, 0, 0, // tiles: the 3-token chunk in runs of 2, then the 1-token chunk
+		// tiles: the 3-token chunk in runs of 2, the 1-token chunk; the
+		// 1-token tiles (warp tiles) first
+		2, 1, 3, 1, 0, 2, 0, 0,
 	}
-	if !slices.Equal(m, want) || tiles != 3 {
-		t.Fatalf("eager meta\n got %v (%d tiles)\nwant %v (3 tiles)", m, tiles, want)
+	if !slices.Equal(m, want) || tiles != 3 || warp != 2 {
+		t.Fatalf("eager meta\n got %v (%d tiles, %d warp tiles)\nwant %v (3 tiles, 2 warp tiles)", m, tiles, warp, want)
 	}
 	// Graph bucket of 4 rows for a 2-sequence decode, stride 3: padding rows
 	// store nothing and read their own zero table rows.
@@ -35,7 +38,7 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{11}, Pos: 6, Blocks: []int32{5, 2}},
 		{SeqID: 2, Tokens: []int32{12}, Pos: 1, Blocks: []int32{6}},
 	}}
-	g, tiles := stepMeta(m, dec, 4, 4, 4, 3, 16)
+	g, tiles, warp := stepMeta(m, dec, 4, 4, 4, 3, 16, 4)
 	want = []int32{
 		11, 12, 0, 0,
 		6, 1, 0, 0,
@@ -44,8 +47,19 @@ func TestStepMetaLayout(t *testing.T) {
 		5, 2, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0,
 		0, 1, 1, 1, 2, 1, 3, 1, // one tile per row, padding rows included: a bucket's tile count is fixed
 	}
-	if !slices.Equal(g, want) || tiles != 4 {
-		t.Fatalf("graph meta\n got %v (%d tiles)\nwant %v (4 tiles)", g, tiles, want)
+	if !slices.Equal(g, want) || tiles != 4 || warp != 4 {
+		t.Fatalf("graph meta\n got %v (%d tiles, %d warp tiles)\nwant %v (4 tiles, all warp tiles)", g, tiles, warp, want)
+	}
+	// A mixed step, Tm = 8 rows: a 5-token chunk (a tile of 4, warp tiles
+	// of 2: one big tile and a 1-token tail), a decode token, 2 padding
+	// rows. Warp tiles first, then the big one moved up behind them.
+	mix := &sched.Batch{Seqs: []sched.SeqChunk{
+		{SeqID: 1, Tokens: []int32{1, 2, 3, 4, 5}, Pos: 0, Blocks: []int32{0, 1}},
+		{SeqID: 2, Tokens: []int32{6}, Pos: 9, Blocks: []int32{2, 3, 4}},
+	}}
+	x, tiles, warp := stepMeta(nil, mix, 4, 8, 2, 3, 4, 2)
+	if got, want := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}; !slices.Equal(got, want) || tiles != 5 || warp != 4 {
+		t.Fatalf("mixed tiles %v (%d tiles, %d warp tiles), want %v (5, 4)", got, tiles, warp, want)
 	}
 }
 
@@ -104,6 +118,41 @@ func TestPadRows(t *testing.T) {
 	} {
 		if got := padRows(c.n, c.capacity); got != c.want {
 			t.Errorf("padRows(%d, %d) = %d, want %d", c.n, c.capacity, got, c.want)
+		}
+	}
+}
+
+// TestFlashSplits: splits fill one wave of resident blocks (eight
+// one-warp or two four-warp blocks per multiprocessor), and the partials of
+// a step never outgrow what flashScratchFor sizes for its token rows (else
+// flashSplits has to cut the split count below FlashSplits').
+func TestFlashSplits(t *testing.T) {
+	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4
+	for _, c := range []struct{ warp, tiles, sms, want int }{
+		{64, 64, 132, 2},  // 64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits
+		{1, 1, 132, 16},   // batch-1 decode: as many as allowed
+		{0, 4, 132, 8},    // a 64-token prefill: 32 four-warp blocks of 264 slots
+		{0, 200, 132, 1},  // a long prefill fills the GPU alone
+		{63, 127, 132, 1}, // 63 decodes beside a 1,024-token chunk
+		{0, 64, 132, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
+	} {
+		if got := FlashSplits(a, c.warp, c.tiles, c.sms); got != c.want {
+			t.Errorf("FlashSplits(warp %d, tiles %d, %d SMs) = %d, want %d", c.warp, c.tiles, c.sms, got, c.want)
+		}
+	}
+	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
+	b.info.SMs = 132
+	tpw := FlashWarpTokens(a)
+	for warp := 0; warp <= 300; warp += 7 {
+		for big := 0; big <= 40; big += 3 {
+			if warp+big == 0 {
+				continue
+			}
+			T := warp*tpw + big*4*tpw // the most token rows such tiles hold
+			z := FlashSplits(a, warp, warp+big, b.info.SMs)
+			if need, have := FlashScratchBytes(a, T, z), b.flashScratchFor(T); need > have {
+				t.Fatalf("%d warp + %d big tiles, %d rows, %d splits: %d bytes of partials, scratch %d", warp, big, T, z, need, have)
+			}
 		}
 	}
 }

@@ -255,11 +255,13 @@ func metaLen(Tm, tableRows, btStride int) int { return 6*Tm + tableRows*btStride
 // enough): tokens, positions, KV slots and token→sequence rows for Tm token
 // rows, then the block tables [tableRows][btStride], then the attention
 // tiles (first token row, token count): each chunk cut into runs of at
-// most tileTokens tokens, each padding row a tile of its own. Rows past the
-// batch's tokens are graph-bucket padding: token 0 at position 0, slot −1
-// (stores nothing), each attending through its own all-zero table row. It
-// returns the metadata and the tile count (Tm for a decode graph bucket).
-func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens int) ([]int32, int) {
+// most tileTokens tokens, each padding row a tile of its own; the tiles of
+// at most warpTokens tokens (they run on one warp, attn_mma_w1) come
+// first. Rows past the batch's tokens are graph-bucket padding: token 0
+// at position 0, slot −1 (stores nothing), each attending through its own
+// all-zero table row. It returns the metadata, the tile count (Tm for a
+// decode graph bucket) and how many of the tiles are warp tiles.
+func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens, warpTokens int) ([]int32, int, int) {
 	n := metaLen(Tm, tableRows, btStride)
 	if cap(buf) < n {
 		buf = make([]int32, n)
@@ -270,12 +272,23 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 	clear(tables)
 	clear(tiles)
 	tileTokens = max(tileTokens, 1)
-	t, nTiles := 0, 0
+	// Warp tiles fill the region from the front, the others from the back
+	// (at most Tm tiles in all), then move up behind them.
+	nWarp, nBig := 0, 0
+	tile := func(first, count int) {
+		if count <= warpTokens {
+			tiles[2*nWarp], tiles[2*nWarp+1] = int32(first), int32(count)
+			nWarp++
+			return
+		}
+		nBig++
+		tiles[2*(Tm-nBig)], tiles[2*(Tm-nBig)+1] = int32(first), int32(count)
+	}
+	t := 0
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
 		for j0 := 0; j0 < len(s.Tokens); j0 += tileTokens {
-			tiles[2*nTiles], tiles[2*nTiles+1] = int32(t+j0), int32(min(tileTokens, len(s.Tokens)-j0))
-			nTiles++
+			tile(t+j0, min(tileTokens, len(s.Tokens)-j0))
 		}
 		for j, id := range s.Tokens {
 			p := s.Pos + j
@@ -287,16 +300,19 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 	}
 	for ; t < Tm; t++ {
 		tok[t], pos[t], seq[t], slots[t] = 0, 0, int32(t), -1
-		tiles[2*nTiles], tiles[2*nTiles+1] = int32(t), 1
-		nTiles++
+		tile(t, 1)
 	}
-	return m, nTiles
+	if nBig > 0 && nWarp+nBig < Tm {
+		copy(tiles[2*nWarp:], tiles[2*(Tm-nBig):])
+		clear(tiles[2*(nWarp+nBig):])
+	}
+	return m, nWarp + nBig, nWarp
 }
 
 // layoutMeta lays out the step's metadata (stepMeta) in b.hostMeta and
 // records the table rows and tiles enqueueLayers needs to find its parts.
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
-	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens())
+	b.hostMeta, b.metaTiles, b.metaWarpTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens(), b.warpTileTokens())
 	b.metaTableRows = tableRows
 }
 
@@ -327,10 +343,11 @@ func (b *Backend) flashScratchFor(capT int) int {
 }
 
 // flashSplits is the KV split count of a step of T token rows in tiles
-// tiles: FlashSplits, lowered until its partials fit the scratch.
-func (b *Backend) flashSplits(T, tiles int) int {
+// tiles (the first warpTiles on one warp): FlashSplits, lowered until its
+// partials fit the scratch.
+func (b *Backend) flashSplits(T, warpTiles, tiles int) int {
 	a := b.attnShape()
-	z := FlashSplits(a, tiles, b.info.SMs)
+	z := FlashSplits(a, warpTiles, tiles, b.info.SMs)
 	for z > 1 && FlashScratchBytes(a, T, z) > b.capScratch {
 		z--
 	}
@@ -391,7 +408,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	flash := b.useFlash()
 	splits := 1
 	if flash {
-		splits = b.flashSplits(T, b.metaTiles)
+		splits = b.flashSplits(T, b.metaWarpTiles, b.metaTiles)
 	}
 	attention := func(l *devLayer) error {
 		args := AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
@@ -399,7 +416,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 		if !flash {
 			return k.PagedAttention(s, shape, args)
 		}
-		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, NumTiles: b.metaTiles,
+		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, NumTiles: b.metaTiles, WarpTiles: b.metaWarpTiles,
 			Splits: splits, Scratch: b.flashD})
 	}
 	M := padRows(T, b.capT)

@@ -311,25 +311,28 @@ func ropeAttention(g *gpu, c ropeCase) {
 	if !FlashSupported(shape) {
 		return
 	}
+	// Tiles as stepMeta cuts them: the decode token (a warp tile, for
+	// attn_mma_w1) first, then the prefill chunk in runs of tt.
 	tt := FlashTileTokens(shape)
-	var tiles []int32
+	tiles := []int32{int32(c.nPref), 1}
 	for j := 0; j < c.nPref; j += tt {
 		tiles = append(tiles, int32(j), int32(min(tt, c.nPref-j)))
 	}
-	tiles = append(tiles, int32(c.nPref), 1)
-	for _, z := range []int{1, 3} {
+	// The four-warp form on every tile, then as the backend launches it
+	// (the warp tile on one warp) with one KV split and with three.
+	for _, r := range []struct{ z, warpTiles int }{{1, 0}, {1, 1}, {3, 1}} {
 		fout := g.alloc(T * nh * hd * 2)
 		scratch := DevicePtr(0)
-		if n := FlashScratchBytes(shape, T, z); n > 0 {
+		if n := FlashScratchBytes(shape, T, r.z); n > 0 {
 			scratch = g.alloc(n)
 		}
 		g.ok(g.k.FlashAttention(g.s, shape, FlashArgs{
 			AttentionArgs: AttentionArgs{Out: fout, Q: qkvd, QStride: width, KCache: kd, VCache: vd,
 				TokSeq: up(g, tokSeq), Pos: up(g, pos), BlockTables: up(g, bt), BTStride: btStride,
 				T: T, Scale: float32(1 / math.Sqrt(float64(hd)))},
-			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, Splits: z, Scratch: scratch,
+			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, WarpTiles: r.warpTiles, Splits: r.z, Scratch: scratch,
 		}))
-		g.check(fmt.Sprintf("attn_mma %d split(s) %s", z, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
+		g.check(fmt.Sprintf("attn_mma %d split(s), %d warp tile(s) %s", r.z, r.warpTiles, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 func KernelNames() []string {
 	return []string{
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
-		"qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_combine",
+		"qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
+		"attn_mma_w1_hd128", "attn_combine",
 		"argmax_f32", "sample_f32",
 	}
 }
@@ -250,16 +251,33 @@ func FlashSupported(a AttnShape) bool {
 
 // FlashTileTokens is how many consecutive tokens of one sequence an
 // attn_mma tile holds for shape a: 16/G per warp, G = Heads/KVHeads.
-func FlashTileTokens(a AttnShape) int { return flashWarps * (16 / (a.Heads / a.KVHeads)) }
+func FlashTileTokens(a AttnShape) int { return flashWarps * FlashWarpTokens(a) }
+
+// FlashWarpTokens is the most tokens a tile may hold to run on one warp
+// (attn_mma_w1): 16/G.
+func FlashWarpTokens(a AttnShape) int { return 16 / (a.Heads / a.KVHeads) }
+
+// Resident attn_mma blocks per multiprocessor, as registers allow (ptxas,
+// sm_90: attn_mma_w1_hd128 255 registers × 32 threads, attn_mma_hd128 240
+// × 128; docs/gpu-runs/2026-11-25-h100-s3-run3-cuda-check.txt).
+const (
+	flashW1PerSM = 8
+	flashW4PerSM = 2
+)
 
 // FlashSplits is the number of KV splits (attn_mma's gridDim.z) for a step
-// of tiles tiles on a GPU of sms multiprocessors: enough blocks for about
-// four per multiprocessor, at most flashMaxSplit, 1 when the tiles alone
-// fill the GPU. It depends on the tile count only, so a decode graph's
-// bucket always gets the same value.
-func FlashSplits(a AttnShape, tiles, sms int) int {
-	blocks := max(tiles*a.KVHeads, 1)
-	return min(max((4*sms+blocks-1)/blocks, 1), flashMaxSplit)
+// of tiles tiles, the first warpTiles of them on one warp each, on a GPU
+// of sms multiprocessors: as many as still fit the step's blocks in one
+// wave of resident blocks (flashW1PerSM one-warp or flashW4PerSM four-warp
+// blocks per multiprocessor), at most flashMaxSplit, at least 1. One wave:
+// a second, part-filled wave cost the 64-sequence decode step's attention
+// more than the longer key ranges of fewer splits (H100 ncu: 1.45 waves,
+// 52% of DRAM bandwidth). It depends on the tile counts only, so a decode
+// graph's bucket always gets the same value.
+func FlashSplits(a AttnShape, warpTiles, tiles, sms int) int {
+	// In one-warp block slots: a four-warp block takes flashW1PerSM/flashW4PerSM.
+	units := max((warpTiles+(tiles-warpTiles)*flashW1PerSM/flashW4PerSM)*a.KVHeads, 1)
+	return min(max(flashW1PerSM*sms/units, 1), flashMaxSplit)
 }
 
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows
@@ -277,12 +295,17 @@ type FlashArgs struct {
 	AttentionArgs
 	Tiles    DevicePtr // int32 [NumTiles][2]: first token row, token count
 	NumTiles int
-	Splits   int       // KV splits, 1..16 (FlashSplits)
-	Scratch  DevicePtr // FlashScratchBytes(shape, T, Splits) bytes when Splits > 1
+	// WarpTiles is how many of the first tiles hold at most
+	// FlashWarpTokens tokens each; they run on one-warp blocks
+	// (attn_mma_w1), the rest on four-warp blocks.
+	WarpTiles int
+	Splits    int       // KV splits, 1..16 (FlashSplits)
+	Scratch   DevicePtr // FlashScratchBytes(shape, T, Splits) bytes when Splits > 1
 }
 
 // FlashAttention is PagedAttention on the tensor cores (attn_mma in
-// kernels.cu): one block per (tile, KV head, split), the tile's tokens and
+// kernels.cu): one block per (tile, KV head, split) — one warp for each of
+// the first WarpTiles tiles, four for the rest — the tile's tokens and
 // the GQA group's heads sharing every K/V row read, then attn_combine when
 // the keys were split. Tiles list runs of at most FlashTileTokens(a)
 // consecutive tokens of one sequence, covering every token once.
@@ -296,16 +319,28 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 	if p.Splits > flashMaxSplit || (p.Splits > 1 && p.Scratch == 0) {
 		return fmt.Errorf("%w: %d KV splits (at most %d, with scratch)", ErrBadLaunch, p.Splits, flashMaxSplit)
 	}
+	if p.WarpTiles < 0 || p.WarpTiles > p.NumTiles {
+		return fmt.Errorf("%w: %d warp tiles of %d", ErrBadLaunch, p.WarpTiles, p.NumTiles)
+	}
 	acc := p.Scratch
 	ml := acc + DevicePtr(p.T*a.Heads*p.Splits*a.HeadDim*4)
-	name := "attn_mma_hd128"
-	if a.HeadDim == 64 {
-		name = "attn_mma_hd64"
+	launch := func(name string, tiles DevicePtr, n, warps int) error {
+		if n == 0 {
+			return nil
+		}
+		k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).
+			Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(tiles).I32(int32(a.Heads)).
+			I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E))
+		return k.launch(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(p.Splits)}, Dim3{uint32(warps) * 32, 1, 1}, s)
 	}
-	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).
-		Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(p.Tiles).I32(int32(a.Heads)).
-		I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E))
-	if err := k.launch(name, Dim3{uint32(p.NumTiles), uint32(a.KVHeads), uint32(p.Splits)}, Dim3{flashWarps * 32, 1, 1}, s); err != nil {
+	w1, w4 := "attn_mma_w1_hd128", "attn_mma_hd128"
+	if a.HeadDim == 64 {
+		w1, w4 = "attn_mma_w1_hd64", "attn_mma_hd64"
+	}
+	if err := launch(w1, p.Tiles, p.WarpTiles, 1); err != nil {
+		return err
+	}
+	if err := launch(w4, p.Tiles+DevicePtr(8*p.WarpTiles), p.NumTiles-p.WarpTiles, flashWarps); err != nil {
 		return err
 	}
 	if p.Splits == 1 {

@@ -86,7 +86,7 @@ func TestGPUStepProfile(t *testing.T) {
 	const reps = 5
 	// Every case with each attention kernel, side by side in one run.
 	var all []profCase
-	for _, mode := range []string{AttentionFlash, AttentionPaged} {
+	for _, mode := range []string{AttentionFlash, AttentionFlash4, AttentionPaged} {
 		for _, c := range cases {
 			all = append(all, profCase{mode, c.name, c.bt})
 		}

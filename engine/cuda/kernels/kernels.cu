@@ -324,24 +324,25 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // grow.
 //
 // tiles holds (first token row, token count) per tile; grid (tiles, nkv,
-// Z), block FA_WARPS·32. HD (the head dim) is 64 or 128; G ≤ 16.
+// Z), block WARPS·32 (FA_WARPS, or 1 for attn_mma_w1_*, whose tiles hold
+// at most 16/G tokens). HD (the head dim) is 64 or 128; G ≤ 16.
 #define FA_WARPS 4
 #define FA_KEYS 64
-// FA_MIN_BLOCKS is attn_mma's __launch_bounds__ minimum of resident blocks
-// per SM (1: no register cap); a build flag, for measuring occupancy
-// against spills.
-#ifndef FA_MIN_BLOCKS
-#define FA_MIN_BLOCKS 1
-#endif
+// The one-warp form (attn_mma_w1_*) for tiles that fit in a warp (decode
+// tokens, short chunk ends): a four-warp block on such a tile computes on
+// one warp while three only load, and holds the SM's registers and shared
+// memory for all four. One warp per block with 32-key tiles (17 KB of
+// shared memory) lets eight such blocks share an SM, eight warps computing.
+#define FA1_KEYS 32
 
-template <int HD>
+template <int HD, int WARPS, int KEYS>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
 	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
 	const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
 	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 keys at
 	// one column then fall in 8 different bank quads.
-	__shared__ __align__(16) bf16 sk[FA_KEYS][HD + 8];
-	__shared__ __align__(16) bf16 sv[FA_KEYS][HD + 8];
+	__shared__ __align__(16) bf16 sk[KEYS][HD + 8];
+	__shared__ __align__(16) bf16 sv[KEYS][HD + 8];
 	const int G = nh / nkv, TPW = 16 / G;
 	const int tile = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
@@ -349,7 +350,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	const int *bt = block_tables + (long long)tok_seq[t0] * bt_stride;
 	const int n = pos[t0 + cnt - 1] + 1; // keys the tile's last token sees
 	int per = (n + Z - 1) / Z;
-	per = (per + FA_KEYS - 1) / FA_KEYS * FA_KEYS;
+	per = (per + KEYS - 1) / KEYS * KEYS;
 	const int kb = z * per, ke = min(n, kb + per);
 
 	// This thread's two rows (gid, gid + 8) of its warp's 16.
@@ -392,7 +393,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 	const long long gstride = (long long)block_size * HD;
 	constexpr int CH = HD / 8;                          // 16-byte chunks per key row
-	constexpr int LPT = FA_KEYS * CH / (FA_WARPS * 32); // chunks of K (and of V) per thread per tile
+	constexpr int LPT = KEYS * CH / (WARPS * 32); // chunks of K (and of V) per thread per tile
 
 	// K and V tiles travel by cp.async straight into shared memory, one
 	// stage ahead of their use: V(i) loads while S(i) = Q·K(i)ᵀ and its
@@ -403,7 +404,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	auto load = [&](bf16 (*dst)[HD + 8], const bf16 *cache, int k0) {
 #pragma unroll
 		for (int u = 0; u < LPT; u++) {
-			int c = threadIdx.x + u * FA_WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
+			int c = threadIdx.x + u * WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
 			bool ok = j < ke; // keys past the split read as zeros: P = 0 must not meet NaN
 			const bf16 *src = cache;
 			if (ok) src += ((long long)bt[j / block_size] * nkv + g) * gstride + (long long)(j % block_size) * HD + part * 8;
@@ -412,23 +413,23 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	};
 	load(sk, kcache, kb);
 	cp_async_commit();
-	for (int k0 = kb; k0 < ke; k0 += FA_KEYS) {
+	for (int k0 = kb; k0 < ke; k0 += KEYS) {
 		// sv is free: every warp passed the barrier after the previous P·V.
 		load(sv, vcache, k0);
 		cp_async_commit();
 		cp_async_wait<1>(); // this thread's part of K(i)
 		__syncthreads();    // everyone's
 		const bool use = active && k0 <= wmax; // some row of this warp sees these keys
-		float s[FA_KEYS / 8][4];
+		float s[KEYS / 8][4];
 #pragma unroll
-		for (int nt = 0; nt < FA_KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+		for (int nt = 0; nt < KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 		if (use) {
 			// K fragments by ldmatrix: matrices (key octet nt, dims
 			// ks·16 + 0..7 | 8..15) and the same for octet nt+1.
 #pragma unroll
 			for (int ks = 0; ks < HD / 16; ks++)
 #pragma unroll
-				for (int nt = 0; nt < FA_KEYS / 8; nt += 2) {
+				for (int nt = 0; nt < KEYS / 8; nt += 2) {
 					unsigned int b[4];
 					ldmatrix_x4(b, &sk[nt * 8 + (lane >> 4) * 8 + (lane & 7)][ks * 16 + ((lane >> 3) & 1) * 8]);
 					mma_bf16_16816(s[nt], qa[ks], b);
@@ -437,7 +438,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 			// Mask (causal, split range, padding rows), scale, online softmax.
 			float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-			for (int nt = 0; nt < FA_KEYS / 8; nt++)
+			for (int nt = 0; nt < KEYS / 8; nt++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
 					int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
@@ -458,7 +459,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 			}
 			float rs[2] = {0.f, 0.f};
 #pragma unroll
-			for (int nt = 0; nt < FA_KEYS / 8; nt++)
+			for (int nt = 0; nt < KEYS / 8; nt++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
 					float p = exp2f(s[nt][e] - mx[e >> 1]);
@@ -481,7 +482,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		}
 		cp_async_wait<0>(); // this thread's part of V(i)
 		__syncthreads();    // everyone's; and every warp is done with sk
-		if (k0 + FA_KEYS < ke) load(sk, kcache, k0 + FA_KEYS);
+		if (k0 + KEYS < ke) load(sk, kcache, k0 + KEYS);
 		cp_async_commit(); // K(i+1), or an empty group on the last tile
 		// O += P·V: S's accumulator layout of two adjacent key octets is
 		// the A layout of one 16-key step. P goes in as two bf16 terms,
@@ -491,7 +492,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		// tensor-core time only, which decode does not lack.
 		if (use)
 #pragma unroll
-			for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+			for (int kk = 0; kk < KEYS / 16; kk++) {
 				unsigned int hi[4], lo[4];
 				split_bf16x2(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
 				split_bf16x2(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
@@ -540,19 +541,22 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 
 extern "C" {
 
-__global__ void __launch_bounds__(FA_WARPS * 32, FA_MIN_BLOCKS) attn_mma_hd128(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
-	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
-	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
-	attn_mma_body<128>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,
-		nh, nkv, block_size, scale_log2);
-}
+#define ATTN_MMA_ARGS                                                                                                   \
+	bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride, const bf16 *kcache, const bf16 *vcache,  \
+		const int *tok_seq, const int *pos, const int *block_tables, int bt_stride, const int *tiles, int nh, int nkv, \
+		int block_size, float scale_log2
+#define ATTN_MMA_PASS                                                                                                   \
+	out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles, nh, nkv,        \
+		block_size, scale_log2
 
-__global__ void __launch_bounds__(FA_WARPS * 32, FA_MIN_BLOCKS) attn_mma_hd64(bf16 *out, float *part_acc, float *part_ml, const bf16 *q,
-	int q_stride, const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables,
-	int bt_stride, const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
-	attn_mma_body<64>(out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles,
-		nh, nkv, block_size, scale_log2);
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd128(ATTN_MMA_ARGS) {
+	attn_mma_body<128, FA_WARPS, FA_KEYS>(ATTN_MMA_PASS);
 }
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd64(ATTN_MMA_ARGS) {
+	attn_mma_body<64, FA_WARPS, FA_KEYS>(ATTN_MMA_PASS);
+}
+__global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mma_body<128, 1, FA1_KEYS>(ATTN_MMA_PASS); }
+__global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS>(ATTN_MMA_PASS); }
 
 // attn_combine merges attn_mma's Z split partials of each (token, head)
 // row: out = Σ acc_z·2^(m_z−M) / Σ l_z·2^(m_z−M), M the largest m_z. A

@@ -8,7 +8,9 @@
 // sequence's length and blocks no table uses hold NaN, so a read past the
 // keys a row may see poisons the output. Exit status 1 on any error above
 // the tolerance (the GPU test's: 4e-3 relative L2). Built and run by
-// engine/cuda TestAttentionKernelsOnCPUEmulator.
+// engine/cuda TestAttentionKernelsOnCPUEmulator. attn_mma runs as the
+// backend launches it (attn_mma_w1 on the tiles that fit in a warp, the
+// four-warp form on the rest) and, once, in the four-warp form on every tile.
 #include "cuda_emu.h"
 #include "../kernels.cu"
 
@@ -100,7 +102,7 @@ bool run(const Case &c, std::mt19937 &rng) {
 	auto report = [&](const char *what, const std::vector<bf16> &got) {
 		double e = relErr(got, ref);
 		bool pass = e <= 4e-3; // NaN fails
-		std::printf("%-4s %-10s %-26s rel_l2 %.2e\n", pass ? "ok" : "FAIL", c.name, what, e);
+		std::printf("%-4s %-10s %-32s rel_l2 %.2e\n", pass ? "ok" : "FAIL", c.name, what, e);
 		ok = ok && pass;
 	};
 	std::vector<bf16> out((size_t)T * nh * hd, f2bf(nan));
@@ -109,31 +111,54 @@ bool run(const Case &c, std::mt19937 &rng) {
 			nh, nkv, hd, bs, (float)scale);
 	});
 	report("paged_attention", out);
-	// Tiles as the backend cuts them (engine/cuda stepMeta).
-	const int tileTokens = FA_WARPS * (16 / G);
-	std::vector<int> tiles;
+	// Tiles as the backend cuts them (engine/cuda stepMeta): runs of up to
+	// tileTokens, those that fit in a warp (≤ 16/G tokens) first.
+	const int tileTokens = FA_WARPS * (16 / G), warpTokens = 16 / G;
+	std::vector<int> small, big;
 	for (int s = 0, t = 0; s < S; t += c.chunks[s].len, s++)
 		for (int j = 0; j < c.chunks[s].len; j += tileTokens) {
-			tiles.push_back(t + j);
-			tiles.push_back(min(tileTokens, c.chunks[s].len - j));
+			int n = min(tileTokens, c.chunks[s].len - j);
+			auto &dst = n <= warpTokens ? small : big;
+			dst.push_back(t + j);
+			dst.push_back(n);
 		}
-	const unsigned nTiles = (unsigned)tiles.size() / 2;
-	for (int Z : {1, 3}) {
+	std::vector<int> tiles = small;
+	tiles.insert(tiles.end(), big.begin(), big.end());
+	const unsigned nTiles = (unsigned)tiles.size() / 2, nWarp = (unsigned)small.size() / 2;
+	// (Z, w1): the four-warp kernel over every tile; then as the backend
+	// launches it, attn_mma_w1 over the warp tiles and the four-warp kernel
+	// over the rest, with one KV split and with three.
+	for (auto [Z, w1] : {std::pair{1, false}, std::pair{1, true}, std::pair{3, true}}) {
 		std::fill(out.begin(), out.end(), f2bf(nan));
 		std::vector<float> acc((size_t)T * nh * Z * hd, nan), ml((size_t)T * nh * Z * 2, nan);
-		emu::launch(dim3{nTiles, (unsigned)nkv, (unsigned)Z}, dim3{FA_WARPS * 32, 1, 1}, [&] {
-			auto f = hd == 64 ? attn_mma_hd64 : attn_mma_hd128;
-			f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
-				bt.data(), btStride, tiles.data(), nh, nkv, bs, (float)(scale * M_LOG2E));
-		});
+		const float sl2 = (float)(scale * M_LOG2E);
+		unsigned first = 0;
+		if (w1 && nWarp > 0) {
+			first = nWarp;
+			emu::launch(dim3{nWarp, (unsigned)nkv, (unsigned)Z}, dim3{32, 1, 1}, [&] {
+				auto f = hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128;
+				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
+					bt.data(), btStride, tiles.data(), nh, nkv, bs, sl2);
+			});
+		}
+		if (nTiles > first)
+			emu::launch(dim3{nTiles - first, (unsigned)nkv, (unsigned)Z}, dim3{FA_WARPS * 32, 1, 1}, [&] {
+				auto f = hd == 64 ? attn_mma_hd64 : attn_mma_hd128;
+				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
+					bt.data(), btStride, tiles.data() + 2 * first, nh, nkv, bs, sl2);
+			});
 		if (Z > 1)
 			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
 				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
-		report(Z == 1 ? "attn_mma" : "attn_mma 3 splits+combine", out);
+		char what[64];
+		std::snprintf(what, sizeof what, "attn_mma%s %d split%s%s", w1 ? " w1+4w" : " 4w", Z, Z > 1 ? "s" : "",
+			Z > 1 ? "+combine" : "");
+		report(what, out);
 		if (Z > 1) { // how many (row, split) partials saw keys: the splits must be real
 			int used = 0;
 			for (size_t i = 1; i < ml.size(); i += 2) used += ml[i] > 0.f;
-			std::printf("     %-10s %d of %zu (row, split) partials have keys\n", c.name, used, ml.size() / 2);
+			std::printf("     %-10s %d of %zu (row, split) partials have keys; %u of %u tiles on one warp\n", c.name, used,
+				ml.size() / 2, nWarp, nTiles);
 			int maxn = 0;
 			for (const Chunk &ch : c.chunks) maxn = max(maxn, ch.pos + ch.len);
 			if (maxn > FA_KEYS && used <= T * nh) { // a row past one key tile must have been split
