@@ -86,7 +86,9 @@ trap - EXIT
 #   paged       the previous attention kernel (TRENI_CUDA_ATTENTION=paged);
 #   flash4      attn_mma without its one-warp form (TRENI_CUDA_ATTENTION=flash4);
 #   committed   the kernels of the committed fatbin (TRENI_CUDA_FATBIN
-#               unset), when the main server ran a freshly built one;
+#               unset), when the main server ran a freshly built one (a
+#               binary that needs kernels the committed fatbin lacks
+#               cannot start on it: the variant is skipped);
 #   budgetN     --max-batched-tokens N.
 # COMPARE_PAGED=1 is VARIANTS=paged.
 VARIANTS=${VARIANTS:-}
@@ -105,7 +107,16 @@ for v in $VARIANTS; do
 		--max-model-len 20480 ${SERVE_FLAGS:-} "${flags[@]}" 2>"$RES/serve-$v.log" &
 	PID=$!
 	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
-	for _ in $(seq 1 600); do curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.1; done
+	for _ in $(seq 1 600); do
+		curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break
+		kill -0 $PID 2>/dev/null || break # the server exited (e.g. its kernels are not in that fatbin)
+		sleep 0.1
+	done
+	if ! curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1; then
+		say "variant $v: the server did not come up; skipped"; tail -5 "$RES/serve-$v.log" | tee -a "$LOG"
+		kill $PID 2>/dev/null; wait $PID 2>/dev/null; trap - EXIT
+		continue
+	fi
 	streams "-$v"
 	bench "chunked-$v" --workload chunked_prefill --warmup-runs 0 --repeat-runs 1
 	kill $PID; wait $PID 2>/dev/null

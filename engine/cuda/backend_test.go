@@ -122,10 +122,11 @@ func TestPadRows(t *testing.T) {
 	}
 }
 
-// TestFlashSplits: splits fill one wave of resident blocks (eight
-// one-warp or two four-warp blocks per multiprocessor), and the partials of
-// a step never outgrow what flashScratchFor sizes for its token rows (else
-// flashSplits has to cut the split count below FlashSplits').
+// TestFlashSplits: each launch's splits fill one wave of resident blocks
+// (eight one-warp or two four-warp blocks per multiprocessor), the step
+// takes the larger, and the scratch holds the splits of the steps that
+// matter: any decode-only step, and a full step of decodes beside a long
+// chunk.
 func TestFlashSplits(t *testing.T) {
 	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4
 	for _, c := range []struct{ warp, tiles, sms, want int }{
@@ -133,7 +134,8 @@ func TestFlashSplits(t *testing.T) {
 		{1, 1, 132, 16},   // batch-1 decode: as many as allowed
 		{0, 4, 132, 8},    // a 64-token prefill: 32 four-warp blocks of 264 slots
 		{0, 200, 132, 1},  // a long prefill fills the GPU alone
-		{63, 127, 132, 1}, // 63 decodes beside a 1,024-token chunk
+		{63, 79, 132, 2},  // 63 decodes beside a 256-token chunk: both launches take 2
+		{63, 187, 132, 2}, // 63 decodes beside a 1,985-token chunk: the decodes' 2
 		{0, 64, 132, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
 	} {
 		if got := FlashSplits(a, c.warp, c.tiles, c.sms); got != c.want {
@@ -142,17 +144,19 @@ func TestFlashSplits(t *testing.T) {
 	}
 	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
 	b.info.SMs = 132
-	tpw := FlashWarpTokens(a)
-	for warp := 0; warp <= 300; warp += 7 {
-		for big := 0; big <= 40; big += 3 {
-			if warp+big == 0 {
-				continue
-			}
-			T := warp*tpw + big*4*tpw // the most token rows such tiles hold
-			z := FlashSplits(a, warp, warp+big, b.info.SMs)
-			if need, have := FlashScratchBytes(a, T, z), b.flashScratchFor(T); need > have {
-				t.Fatalf("%d warp + %d big tiles, %d rows, %d splits: %d bytes of partials, scratch %d", warp, big, T, z, need, have)
-			}
+	fits := func(warp, big, T int) { // T token rows, scratch sized for T
+		t.Helper()
+		capT := T
+		b.capScratch = b.flashScratchFor(capT)
+		want := FlashSplits(a, warp, warp+big, b.info.SMs)
+		if got := b.flashSplits(T, warp, warp+big); got != want {
+			t.Errorf("%d warp + %d big tiles, %d rows, capacity %d: scratch allows %d splits, FlashSplits %d", warp, big, T, capT, got, want)
 		}
 	}
+	for warp := 1; warp <= 300; warp++ { // decode steps, graph buckets included
+		fits(warp, 0, warp)
+	}
+	fits(63, 125, 2048) // budget 2,048: 63 decodes and 1,985 prompt tokens (124 tiles of 16 and one of 1)
+	fits(63, 16, 319)   // 63 decodes beside a 256-token chunk
+	fits(0, 128, 2048)  // a 2,048-token chunk alone
 }

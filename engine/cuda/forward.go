@@ -330,15 +330,17 @@ func (b *Backend) attnShape() AttnShape {
 }
 
 // flashScratchFor is the split scratch for steps of up to capT token rows:
-// splits are only chosen while tiles × KV heads leave the GPU short of
-// about four blocks per multiprocessor, so T × splits stays under
-// capT + 4·SMs·tileTokens/KVHeads rows (and 16·capT).
+// room for two splits of every row (a full step of decodes beside a long
+// chunk: FlashSplits gives 2 on the H100), and for the splits of steps of
+// few tiles, whose rows × splits stay under capT + 2·SMs·tileTokens/KVHeads
+// (at most 16·capT). A step that would need more gets fewer splits
+// (flashSplits).
 func (b *Backend) flashScratchFor(capT int) int {
 	a := b.attnShape()
 	if !b.useFlash() {
 		return 0
 	}
-	rows := min(flashMaxSplit*capT, capT+4*max(b.info.SMs, 1)*FlashTileTokens(a)/a.KVHeads+flashMaxSplit)
+	rows := min(flashMaxSplit*capT, max(2*capT, capT+flashW1PerSM*max(b.info.SMs, 1)*FlashWarpTokens(a)/a.KVHeads+flashMaxSplit))
 	return rows * a.Heads * (a.HeadDim + 2) * 4
 }
 

@@ -267,17 +267,25 @@ const (
 
 // FlashSplits is the number of KV splits (attn_mma's gridDim.z) for a step
 // of tiles tiles, the first warpTiles of them on one warp each, on a GPU
-// of sms multiprocessors: as many as still fit the step's blocks in one
+// of sms multiprocessors. The two launches run one after the other, so
+// each is sized on its own: as many splits as still fit its blocks in one
 // wave of resident blocks (flashW1PerSM one-warp or flashW4PerSM four-warp
-// blocks per multiprocessor), at most flashMaxSplit, at least 1. One wave:
-// a second, part-filled wave cost the 64-sequence decode step's attention
-// more than the longer key ranges of fewer splits (H100 ncu: 1.45 waves,
-// 52% of DRAM bandwidth). It depends on the tile counts only, so a decode
-// graph's bucket always gets the same value.
+// blocks per multiprocessor), and the step takes the larger of the two
+// (the other launch's extra splits only shorten its blocks' key ranges),
+// at most flashMaxSplit, at least 1. One wave: a second, part-filled wave
+// cost the 64-sequence decode step's attention more than the longer key
+// ranges of fewer splits (H100 ncu: 1.45 waves, 52% of DRAM bandwidth).
+// It depends on the tile counts only, so a decode graph's bucket always
+// gets the same value.
 func FlashSplits(a AttnShape, warpTiles, tiles, sms int) int {
-	// In one-warp block slots: a four-warp block takes flashW1PerSM/flashW4PerSM.
-	units := max((warpTiles+(tiles-warpTiles)*flashW1PerSM/flashW4PerSM)*a.KVHeads, 1)
-	return min(max(flashW1PerSM*sms/units, 1), flashMaxSplit)
+	z := 1
+	if warpTiles > 0 {
+		z = max(z, flashW1PerSM*sms/(warpTiles*a.KVHeads))
+	}
+	if big := tiles - warpTiles; big > 0 {
+		z = max(z, flashW4PerSM*sms/(big*a.KVHeads))
+	}
+	return min(z, flashMaxSplit)
 }
 
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows

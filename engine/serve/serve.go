@@ -609,14 +609,14 @@ type backend interface {
 // stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
 // graph_capture) as stage lines.
 // DefaultBatchedTokens is the step token budget a backend gets when the
-// user names none. The CUDA backend takes 2,048: prefill GEMMs of a few
-// hundred rows are still bound by reading the weights, and on the H100 a
-// 2,048 budget served 64 fresh 1024/128 streams at 3,315 output tok/s
-// against 2,336 with 256, TPOT p99 17.3 against 12.3 ms, and raised the
-// chunked_prefill workload's ITL p99 from 12 to 21 ms (docs/BENCHMARKS.md,
-// "Step token budget"); 1,024 bought no lower ITL p99 there. The CPU backend keeps 256: its steps
-// take milliseconds per token, and a larger budget would stall running
-// streams for a whole prompt.
+// user names none. The CUDA backend takes 2,048: a prefill GEMM of a few
+// hundred rows is still bound by reading the weights. On the H100, 64 fresh
+// 1024/128 streams ran at 3,461 output tok/s with 2,048 against 2,421 with
+// 256 (TPOT p99 16.4 against 11.7 ms), and the chunked_prefill workload's
+// ITL p99 rose from 11 to 21 ms; 1,024 bought no lower ITL p99 than 2,048
+// (docs/BENCHMARKS.md, "Decode attention at more of HBM, and the step token
+// budget"). The CPU backend keeps 256: its steps take milliseconds per
+// token, and a larger budget would stall running streams for a whole prompt.
 func DefaultBatchedTokens(backend string) int {
 	if backend == "cpu" {
 		return 256
