@@ -128,7 +128,11 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 	return f, err
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t)) / float64(time.Millisecond) }
+// msSince is the time since t in milliseconds.
+func msSince(t time.Time) float64 { return durMS(time.Since(t)) }
+
+// durMS is d in milliseconds, the unit of every duration attribute.
+func durMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // bestOf runs copy k times and returns the best throughput in GB/s.
 func bestOf(k, n int, copy func() error) (float64, error) {

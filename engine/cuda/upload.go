@@ -205,9 +205,8 @@ func (st stagedStats) attrs() map[string]any {
 	if st.readBusy > 0 {
 		perReader = float64(st.readBytes) / st.readBusy.Seconds() / 1e9
 	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return map[string]any{"read_busy_ms": ms(st.readBusy), "read_gb_per_s_per_reader": perReader,
-		trace.AttrReadWaitMS: ms(st.readWait), trace.AttrCopyWaitMS: ms(st.fenceWait), "slot_register_ms": ms(st.prepare)}
+	return map[string]any{"read_busy_ms": durMS(st.readBusy), "read_gb_per_s_per_reader": perReader,
+		trace.AttrReadWaitMS: durMS(st.readWait), trace.AttrCopyWaitMS: durMS(st.fenceWait), "slot_register_ms": durMS(st.prepare)}
 }
 
 // runStaged reads every chunk into the ring with up to readers goroutines

@@ -15,20 +15,17 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 )
 
 // Path is where OTLP/HTTP exporters send traces.
@@ -212,65 +209,26 @@ func hexIDsToBase64(v any) error {
 
 // Receiver is a running OTLP/HTTP listener.
 type Receiver struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
-	once sync.Once
-	err  error
+	s *httpserve.Server
 }
 
 // Listen serves Handler on addr (use loopback, e.g. 127.0.0.1:4318, and
 // point the server's OTLP traces endpoint at http://ADDR) until ctx is done
 // or Close is called.
 func Listen(ctx context.Context, addr string, clock trace.Clock, sink trace.Sink, opts Options) (*Receiver, error) {
-	ln, err := net.Listen("tcp", addr)
+	s, err := httpserve.Start(ctx, addr, Handler(clock, sink, opts))
 	if err != nil {
 		return nil, fmt.Errorf("listen for OTLP traces on %s (is another collector using the port? pick another with --otlp-listen): %w", addr, err)
 	}
-	r := &Receiver{
-		srv:  &http.Server{Handler: Handler(clock, sink, opts), ReadHeaderTimeout: 10 * time.Second},
-		ln:   ln,
-		done: make(chan struct{}),
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := r.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.err = err
-		}
-	}()
-	go func() {
-		defer close(r.done)
-		select {
-		case <-ctx.Done():
-			r.shutdown()
-		case <-served:
-		}
-		<-served
-	}()
-	return r, nil
+	return &Receiver{s: s}, nil
 }
 
 // Addr is the address the receiver listens on (useful with port 0).
-func (r *Receiver) Addr() string { return r.ln.Addr().String() }
+func (r *Receiver) Addr() string { return r.s.Addr() }
 
 // Endpoint is the URL to give a server as its OTLP traces endpoint.
 func (r *Receiver) Endpoint() string { return "http://" + r.Addr() + Path }
 
-func (r *Receiver) shutdown() {
-	r.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := r.srv.Shutdown(ctx); err != nil {
-			_ = r.srv.Close()
-		}
-	})
-}
-
 // Close stops the listener, lets requests in flight finish (up to two
 // seconds) and waits for the serving goroutine.
-func (r *Receiver) Close() error {
-	r.shutdown()
-	<-r.done
-	return r.err
-}
+func (r *Receiver) Close() error { return r.s.Close() }

@@ -8,9 +8,7 @@ package fleetmetrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 )
 
 // Namespace prefixes every series.
@@ -269,59 +268,27 @@ func (c *coldCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Server is a running /metrics endpoint.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
-	err  error
+	s *httpserve.Server
 }
 
 // Serve serves m's Handler at /metrics on addr (loopback by default in
 // the CLI; a node agent may choose its host address for Prometheus) until
 // ctx is done or Close is called.
 func Serve(ctx context.Context, addr string, m *Metrics) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	s, err := httpserve.Start(ctx, addr, mux)
 	if err != nil {
 		return nil, fmt.Errorf("listen for /metrics on %s (port in use? pick another address): %w", addr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.err = err
-		}
-	}()
-	go func() {
-		defer close(s.done)
-		select {
-		case <-ctx.Done():
-			s.shutdown()
-		case <-served:
-		}
-		<-served
-	}()
-	return s, nil
+	return &Server{s: s}, nil
 }
 
 // Addr is the listening address.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.s.Addr() }
 
 // URL is the scrape URL.
 func (s *Server) URL() string { return "http://" + s.Addr() + "/metrics" }
 
-func (s *Server) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.srv.Shutdown(ctx); err != nil {
-		_ = s.srv.Close()
-	}
-}
-
 // Close stops serving and waits for the serving goroutine.
-func (s *Server) Close() error {
-	s.shutdown()
-	<-s.done
-	return s.err
-}
+func (s *Server) Close() error { return s.s.Close() }
