@@ -603,11 +603,6 @@ type backend interface {
 	KVBytes() int64
 }
 
-// newBackend picks the backend for o.Device: cuda when asked (an error if it
-// cannot run), auto tries CUDA and falls back to the CPU with one message
-// saying why, cpu never touches CUDA. The CUDA backend reports its own cold
-// stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
-// graph_capture) as stage lines.
 // DefaultBatchedTokens is the step token budget a backend gets when the
 // user names none. The CUDA backend takes 2,048: a prefill GEMM of a few
 // hundred rows is still bound by reading the weights. On the H100, 64 fresh
@@ -624,6 +619,11 @@ func DefaultBatchedTokens(backend string) int {
 	return 2048
 }
 
+// newBackend picks the backend for o.Device: cuda when asked (an error if it
+// cannot run), auto tries CUDA and falls back to the CPU with one message
+// saying why, cpu never touches CUDA. The CUDA backend reports its own cold
+// stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
+// graph_capture) as stage lines.
 func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
 	if starter != nil {
 		cb, err := starter.Load(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load),
