@@ -37,13 +37,34 @@ TOKARGS=(); [[ -n ${TOK:-} ]] && TOKARGS=(--tokenizer "$TOK")
 [[ -f $d/config.json ]] || { say "synth $PRESET"; "$BIN" model synth --arch qwen3 --preset "$PRESET" --out "$d" --seed 7 "${TOKARGS[@]}" >>"$LOG" 2>&1; }
 cat "$d"/*.safetensors >/dev/null
 
+# start_server LOG [ENV...] -- [FLAGS...]: a server on $PORT (its pid in
+# PID; env applies ENV, e.g. VAR=x or -u VAR), ready once /health answers.
+# Returns 1, having said why, when it exits or does not answer in 60 s.
+start_server() {
+	local log=$1 envs=()
+	shift
+	while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+	[[ $# -gt 0 ]] && shift
+	env "${envs[@]}" "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
+		--max-model-len 20480 ${SERVE_FLAGS:-} "$@" 2>"$log" &
+	PID=$!
+	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
+	for _ in $(seq 1 600); do
+		curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && return 0
+		kill -0 $PID 2>/dev/null || break # it exited (e.g. its kernels are not in that fatbin)
+		sleep 0.1
+	done
+	say "the server did not come up"; tail -20 "$log" | tee -a "$LOG"
+	stop_server
+	return 1
+}
+stop_server() {
+	kill $PID 2>/dev/null; wait $PID 2>/dev/null
+	trap - EXIT
+}
+
 say "serve $PRESET"
-"$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 --max-model-len 20480 \
-	${SERVE_FLAGS:-} 2>"$RES/serve.log" &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
-for _ in $(seq 1 600); do curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fsS http://127.0.0.1:$PORT/health >/dev/null || { say "server did not come up"; tail -20 "$RES/serve.log"; exit 1; }
+start_server "$RES/serve.log" -- || exit 1
 metric() { curl -fsS http://127.0.0.1:$PORT/metrics | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {print $2}'; }
 bench() { # stem, bench flags…
 	local stem=$1; shift
@@ -79,8 +100,7 @@ done
 sleep 1
 say "kv blocks used at the end: $(metric treni_kv_blocks_used) of $(metric treni_kv_blocks_total)"
 curl -fsS http://127.0.0.1:$PORT/metrics >"$RES/metrics-end.txt" 2>/dev/null
-kill $PID; wait $PID 2>/dev/null
-trap - EXIT
+stop_server
 # Variants: part 1 (and the chunked_prefill workload) again, each on a
 # fresh server, for ratios measured in one run. VARIANTS lists them:
 #   paged       the previous attention kernel (TRENI_CUDA_ATTENTION=paged);
@@ -103,23 +123,9 @@ for v in $VARIANTS; do
 	*) say "unknown variant $v"; continue ;;
 	esac
 	say "serve $PRESET, variant $v: ${envs[*]} ${flags[*]}"
-	env "${envs[@]}" "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
-		--max-model-len 20480 ${SERVE_FLAGS:-} "${flags[@]}" 2>"$RES/serve-$v.log" &
-	PID=$!
-	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
-	for _ in $(seq 1 600); do
-		curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1 && break
-		kill -0 $PID 2>/dev/null || break # the server exited (e.g. its kernels are not in that fatbin)
-		sleep 0.1
-	done
-	if ! curl -fsS http://127.0.0.1:$PORT/health >/dev/null 2>&1; then
-		say "variant $v: the server did not come up; skipped"; tail -5 "$RES/serve-$v.log" | tee -a "$LOG"
-		kill $PID 2>/dev/null; wait $PID 2>/dev/null; trap - EXIT
-		continue
-	fi
+	start_server "$RES/serve-$v.log" "${envs[@]}" -- "${flags[@]}" || { say "variant $v skipped"; continue; }
 	streams "-$v"
 	bench "chunked-$v" --workload chunked_prefill --warmup-runs 0 --repeat-runs 1
-	kill $PID; wait $PID 2>/dev/null
-	trap - EXIT
+	stop_server
 done
 python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"

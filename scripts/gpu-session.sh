@@ -13,7 +13,8 @@
 #      scripts/gpu-ollama.sh;
 #   5. optionally (PARTS=... profile), TestGPUStepProfile: per-operation
 #      device time of the serve bench's step shapes, attn_mma beside
-#      paged_attention.
+#      its four-warp-only form and paged_attention (and the committed
+#      fatbin's kernels first, when the check built a new one).
 # When the check's nvcc build differs from the committed fatbin (kernel
 # sources changed), the later parts run with TRENI_CUDA_FATBIN set to it.
 # Each part runs under its own time limit (CHECK_S, COLD_S, SERVE_S,
@@ -48,18 +49,20 @@ for part in $PARTS; do
 		fi
 		;;
 	profile)
-		# Where a step's device time goes, attn_mma beside paged_attention,
-		# on the serve bench's 4B-shaped checkpoint (TestGPUStepProfile).
+		# Where a step's device time goes, per attention kernel, on the
+		# serve bench's 4B-shaped checkpoint (TestGPUStepProfile).
 		m=/tmp/treni-cold-bench/qwen3-4b
 		[[ -f $m/config.json ]] || "$BIN" model synth --arch qwen3 --preset 4b --out "$m" --seed 7 --tokenizer "$TOK" >"$R/profile.txt" 2>&1
+		# profile [ENV...]: the test once, env applying ENV.
+		profile() { (cd engine/cuda && env "$@" TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1; }
 		# With a freshly built fatbin, the committed one's kernels first, in
 		# the same call, for the ratio.
 		if [[ -n ${TRENI_CUDA_FATBIN:-} ]]; then
 			echo "PROFILE of the committed fatbin (embedded), for comparison" >>"$R/profile.txt"
-			(cd engine/cuda && env -u TRENI_CUDA_FATBIN TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1
+			profile -u TRENI_CUDA_FATBIN
 			echo "PROFILE of the fresh fatbin ($TRENI_CUDA_FATBIN)" >>"$R/profile.txt"
 		fi
-		(cd engine/cuda && TRENI_PROFILE_MODEL=$m timeout "${PROFILE_S:-120}" "$TESTBIN" -test.v -test.count=1 -test.run 'TestGPUStepProfile$') >>"$R/profile.txt" 2>&1
+		profile
 		rc=$?
 		summary+=("profile rc=$rc")
 		;;

@@ -19,8 +19,8 @@ import (
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
 // at positions 768–1023 beside 63 decoding sequences — and the wall time
 // of a 64-row decode step with logits to the host (Forward) against token
-// ids only (ForwardTokens); each step with attn_mma and with
-// paged_attention. Eager steps (graphs off), KV contents zero:
+// ids only (ForwardTokens); each step with attn_mma, with attn_mma on
+// four-warp blocks only (flash4) and with paged_attention. Eager steps (graphs off), KV contents zero:
 // attention costs do not depend on the values.
 func TestGPUStepProfile(t *testing.T) {
 	dir := os.Getenv("TRENI_PROFILE_MODEL")
