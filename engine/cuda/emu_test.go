@@ -15,6 +15,21 @@ import (
 // tests check the same kernels on the device). It needs a C++20 compiler
 // (g++ by default, CXX overrides) and skips without one.
 func TestAttentionKernelsOnCPUEmulator(t *testing.T) {
+	runEmulated(t, "attn_test", "attention kernels")
+}
+
+// TestGemmKernelOnCPUEmulator is the same for gemm_skinny
+// (kernels/emu/gemm_test.cc): every token-tile width, partly filled tiles,
+// both K loops, the three output modes, and no read or write outside the
+// M rows.
+func TestGemmKernelOnCPUEmulator(t *testing.T) {
+	runEmulated(t, "gemm_test", "skinny GEMM kernel")
+}
+
+// runEmulated builds kernels/emu/<name>.cc with the host C++ compiler and
+// runs it; its exit status is the verdict.
+func runEmulated(t *testing.T, name, what string) {
+	t.Helper()
 	cxx := os.Getenv("CXX")
 	if cxx == "" {
 		cxx = "g++"
@@ -23,14 +38,14 @@ func TestAttentionKernelsOnCPUEmulator(t *testing.T) {
 	if err != nil {
 		t.Skipf("no C++ compiler (%s): the kernels' CPU emulation needs one (install g++ or set CXX)", cxx)
 	}
-	bin := filepath.Join(t.TempDir(), "attn_test")
-	build := exec.Command(path, "-std=c++20", "-O2", "-fno-strict-aliasing", "-o", bin, "kernels/emu/attn_test.cc")
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command(path, "-std=c++20", "-O2", "-fno-strict-aliasing", "-o", bin, "kernels/emu/"+name+".cc")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the emulated attention test with %s: %v\n%s", cxx, err, out)
+		t.Fatalf("build the emulated %s with %s: %v\n%s", what, cxx, err, out)
 	}
 	out, err := exec.Command(bin).CombinedOutput()
-	t.Logf("emulated attention kernels:\n%s", out)
+	t.Logf("emulated %s:\n%s", what, out)
 	if err != nil {
-		t.Fatalf("emulated attention kernels against the float64 reference: %v", err)
+		t.Fatalf("emulated %s against the float64 reference: %v", what, err)
 	}
 }

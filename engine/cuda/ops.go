@@ -13,6 +13,7 @@ func KernelNames() []string {
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
 		"qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
 		"attn_mma_w1_hd128", "attn_combine",
+		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
 		"argmax_f32", "sample_f32",
 	}
 }
@@ -26,6 +27,10 @@ const (
 	flashWarps    = 4    // FA_WARPS: attn_mma's warps, 16 query rows each
 	flashMaxSplit = 16   // the most KV splits Flash launches
 	sampleThreads = 1024 // SAMPLE_THREADS
+	skinnyThreads = 256  // GS_WARPS · 32: gemm_skinny's block
+	// SkinnyMaxRows is the most rows gemm_skinny takes (its widest form,
+	// gemm_skinny_m64).
+	SkinnyMaxRows = 64
 )
 
 // ErrBadLaunch is wrapped by a kernel wrapper's error when its arguments
@@ -356,6 +361,45 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 	}
 	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(a.Heads)).I32(int32(a.HeadDim)).I32(int32(p.Splits))
 	return k.launch("attn_combine", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{128, 1, 1}, s)
+}
+
+// SkinnyFits says whether gemm_skinny takes a GEMM of M rows, N outputs
+// and K inputs over x and w: M ≤ SkinnyMaxRows, N a multiple of 16, K of
+// 32, and both operands 16-byte aligned (each lane loads 16 bytes).
+func SkinnyFits(M, N, K int, x, w DevicePtr) bool {
+	return M >= 1 && M <= SkinnyMaxRows && N > 0 && N%16 == 0 && K > 0 && K%32 == 0 && x%16 == 0 && w%16 == 0
+}
+
+// GemmSkinny enqueues y = x·wᵀ (x bf16 [M,K], w bf16 [N,K]) on the
+// tensor cores without cuBLASLt (gemm_skinny in kernels.cu): y is bf16
+// when out is BF16, f32 otherwise, and accumulate adds into an f32 y
+// (beta = 1). The shape must satisfy SkinnyFits.
+func (k *Kernels) GemmSkinny(s *Stream, y, x, w DevicePtr, M, N, K int, out DType, accumulate bool) error {
+	if !SkinnyFits(M, N, K, x, w) {
+		return fmt.Errorf("%w: gemm_skinny takes 1–%d rows, N%%16 = 0, K%%32 = 0 and 16-byte aligned operands, not %dx%dx%d", ErrBadLaunch, SkinnyMaxRows, M, N, K)
+	}
+	mode := int32(1)
+	switch {
+	case out == BF16 && accumulate:
+		return fmt.Errorf("%w: gemm_skinny accumulates into f32 only", ErrBadLaunch)
+	case out == BF16:
+		mode = 0
+	case out != F32:
+		return fmt.Errorf("%w: gemm_skinny writes bf16 or f32, not %v", ErrBadLaunch, out)
+	case accumulate:
+		mode = 2
+	}
+	name := "gemm_skinny_m64"
+	switch {
+	case M <= 8:
+		name = "gemm_skinny_m8"
+	case M <= 16:
+		name = "gemm_skinny_m16"
+	case M <= 32:
+		name = "gemm_skinny_m32"
+	}
+	k.args.Reset().Ptr(y).Ptr(x).Ptr(w).I32(int32(M)).I32(int32(N)).I32(int32(K)).I32(mode)
+	return k.launch(name, Dim3{uint32(N / 16), 1, 1}, Dim3{skinnyThreads, 1, 1}, s)
 }
 
 // Argmax writes out[r] (int32) = argmax of logits row r (f32, rows of

@@ -149,4 +149,19 @@ __device__ __forceinline__ void cp_async_commit() { treni_emu_cp_async_commit();
 template <int N> __device__ __forceinline__ void cp_async_wait() { treni_emu_cp_async_wait(N); }
 #endif
 
+// ld_stream16 loads 16 bytes of global memory that the kernel reads once
+// (weights streamed through a GEMV): read-only path, no L1 allocation,
+// and a 256-byte L2 prefetch, since neighbouring lanes and warps read the
+// rest of the row's neighbourhood right after. p must be 16-byte aligned.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ uint4 ld_stream16(const void *p) {
+	uint4 r;
+	asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+		: "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+	return r;
+}
+#else
+__device__ __forceinline__ uint4 ld_stream16(const void *p) { return *(const uint4 *)p; }
+#endif
+
 #endif

@@ -1,8 +1,9 @@
-// treni-top's CUDA kernels: everything in a decoder step except the GEMMs
-// (cuBLASLt). Storage is bf16 (weights, activations, KV cache) and the
-// residual stream is fp32; all arithmetic is fp32. They are written to be
-// simple and correct first: one block per row, no tensor cores. Every
-// kernel is extern "C" so the Go side finds it by name in the fatbin.
+// treni-top's CUDA kernels: everything in a decoder step but the GEMMs of
+// many rows (cuBLASLt runs those; gemm_skinny runs the few-row ones).
+// Storage is bf16 (weights, activations, KV cache) and the residual stream
+// is fp32; all arithmetic is fp32. The element-wise kernels are simple
+// (one block per row); attention and gemm_skinny run on the tensor cores.
+// Every kernel is extern "C" so the Go side finds it by name in the fatbin.
 //
 // Shapes: T tokens in the step, H hidden size, nh query heads, nkv KV
 // heads, hd head dim (even, at most 256), I intermediate size.
@@ -397,10 +398,11 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 
 	// K and V tiles travel by cp.async straight into shared memory, one
 	// stage ahead of their use: V(i) loads while S(i) = Q·K(i)ᵀ and its
-	// softmax run, K(i+1) while O += P·V(i) runs. (Staging each tile in
-	// registers, loaded only after the previous tile was consumed, held 64
-	// registers per thread — 2 blocks per SM — and ran a 64-sequence
-	// decode step's attention at about 1.2 TB/s on the H100.)
+	// softmax run, K(i+1) while O += P·V(i) runs. (Staging each tile
+	// through registers, loaded only after the previous tile was consumed,
+	// left each warp waiting on its loads with nothing else to do: a
+	// 64-sequence decode step's attention ran at about 1.2 TB/s on the
+	// H100.)
 	auto load = [&](bf16 (*dst)[HD + 8], const bf16 *cache, int k0) {
 #pragma unroll
 		for (int u = 0; u < LPT; u++) {
@@ -420,10 +422,10 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		cp_async_wait<1>(); // this thread's part of K(i)
 		__syncthreads();    // everyone's
 		const bool use = active && k0 <= wmax; // some row of this warp sees these keys
-		float s[KEYS / 8][4];
-#pragma unroll
-		for (int nt = 0; nt < KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+		float s[KEYS / 8][4]; // scores: read only where use holds
 		if (use) {
+#pragma unroll
+			for (int nt = 0; nt < KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 			// K fragments by ldmatrix: matrices (key octet nt, dims
 			// ks·16 + 0..7 | 8..15) and the same for octet nt+1.
 #pragma unroll
@@ -579,6 +581,102 @@ __global__ void attn_combine(bf16 *out, const float *part_acc, const float *part
 		out[row * hd + d] = f2bf(a * inv);
 	}
 }
+
+} // extern "C"
+
+// ---- skinny GEMM ----------------------------------------------------------
+
+// gemm_skinny: Y[M][N] = X[M][K]·W[N][K]ᵀ for the few-row GEMMs of decode
+// steps and short prefills (M ≤ 8·MT), bf16 in, fp32 accumulate on the
+// tensor cores. Such a GEMM reads W once and X many times from L1, so it
+// is bound by streaming W from HBM; it is here (beside cuBLASLt, which
+// runs the other shapes) so that a freshly started server can serve
+// without loading any of cuBLASLt's kernels, and where it streams W
+// faster than cuBLASLt does (docs/BENCHMARKS.md).
+//
+// One block of GS_WARPS warps per 16 output features (N/16 blocks). W is
+// the mma's A operand (16 features × 16 k), X its B operand (16 k × 8
+// tokens; MT token tiles). K goes in 32-wide chunks, warp w taking chunks
+// w, w+GS_WARPS, … so that the block's warps read neighbouring stretches
+// of each row. In a chunk, lane (g, c) (g = lane/4, c = lane%4) loads
+// W[n0+g][8c..8c+7], W[n0+g+8][8c..8c+7] and, per token tile t,
+// X[8t+g][8c..8c+7], each one 16-byte load. The eight values a lane holds
+// of a row stand for the mma fragment's k positions {2c, 2c+1, 2c+8, 2c+9}
+// of two consecutive k16 steps: a permutation of the chunk's k that A and
+// B share, so every dot product is unchanged and no shuffle or shared
+// memory is needed to form the fragments. The warps' partial sums are
+// added in shared memory in a fixed order (deterministic).
+//
+// mode 0: Y bf16 (rounded), 1: Y f32, 2: Y f32 += (beta = 1, the residual
+// add of o_proj and down_proj). Needs N % 16 == 0, K % 32 == 0, 16-byte
+// aligned X and W. X rows ≥ M are not read and Y rows ≥ M not written.
+#define GS_WARPS 8
+// Chunks a warp loads before it multiplies them (memory-level parallelism).
+#define GS_UNROLL 4
+
+template <int MT>
+__device__ __forceinline__ void gemm_skinny_chunk(float acc[MT][4], uint4 wa, uint4 wb, const bf16 *x, int M, int K, int k, int g) {
+	for (int t = 0; t < MT; t++) {
+		int m = t * 8 + g;
+		uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+		if (m < M) xv = *(const uint4 *)(x + (long long)m * K + k);
+		unsigned a0[4] = {wa.x, wb.x, wa.y, wb.y}, b0[2] = {xv.x, xv.y};
+		mma_bf16_16816(acc[t], a0, b0);
+		unsigned a1[4] = {wa.z, wb.z, wa.w, wb.w}, b1[2] = {xv.z, xv.w};
+		mma_bf16_16816(acc[t], a1, b1);
+	}
+}
+
+template <int MT>
+__device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const bf16 *w, int M, int N, int K, int mode) {
+	__shared__ float red[GS_WARPS * MT * 128];
+	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+	int n0 = blockIdx.x * 16;
+	const bf16 *w0 = w + (long long)(n0 + g) * K + 8 * c, *w1 = w0 + 8LL * K;
+	const bf16 *xc = x + 8 * c;
+	float acc[MT][4];
+	for (int t = 0; t < MT; t++)
+		for (int j = 0; j < 4; j++) acc[t][j] = 0.f;
+	int chunks = K >> 5, ch = wid;
+	for (; ch + (GS_UNROLL - 1) * GS_WARPS < chunks; ch += GS_UNROLL * GS_WARPS) {
+		uint4 wa[GS_UNROLL], wb[GS_UNROLL];
+		for (int u = 0; u < GS_UNROLL; u++) {
+			int k = (ch + u * GS_WARPS) * 32;
+			wa[u] = ld_stream16(w0 + k);
+			wb[u] = ld_stream16(w1 + k);
+		}
+		for (int u = 0; u < GS_UNROLL; u++) gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, K, (ch + u * GS_WARPS) * 32, g);
+	}
+	for (; ch < chunks; ch += GS_WARPS)
+		gemm_skinny_chunk<MT>(acc, ld_stream16(w0 + ch * 32), ld_stream16(w1 + ch * 32), xc, M, K, ch * 32, g);
+	for (int t = 0; t < MT; t++)
+		for (int j = 0; j < 4; j++) red[((wid * MT + t) * 32 + lane) * 4 + j] = acc[t][j];
+	__syncthreads();
+	// Element e of a warp's fragments: token tile t, lane l, register j
+	// (d[j] = D[g + 8(j/2)][2c + j%2]: feature n0 + g + 8(j/2), token
+	// 8t + 2c + j%2).
+	for (int e = threadIdx.x; e < MT * 128; e += blockDim.x) {
+		int t = e >> 7, l = (e >> 2) & 31, j = e & 3;
+		int m = t * 8 + 2 * (l & 3) + (j & 1);
+		if (m >= M) continue;
+		float s = 0.f;
+		for (int v = 0; v < GS_WARPS; v++) s += red[v * MT * 128 + e];
+		long long o = (long long)m * N + n0 + (l >> 2) + 8 * (j >> 1);
+		if (mode == 0) ((bf16 *)y)[o] = f2bf(s);
+		else if (mode == 1) ((float *)y)[o] = s;
+		else ((float *)y)[o] += s;
+	}
+}
+
+extern "C" {
+
+// gemm_skinny_m8 … m64: gemm_skinny for M ≤ 8, 16, 32, 64. grid (N/16),
+// block GS_WARPS·32.
+#define GEMM_SKINNY_ARGS void *y, const bf16 *x, const bf16 *w, int M, int N, int K, int mode
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8(GEMM_SKINNY_ARGS) { gemm_skinny_body<1>(y, x, w, M, N, K, mode); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m16(GEMM_SKINNY_ARGS) { gemm_skinny_body<2>(y, x, w, M, N, K, mode); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m32(GEMM_SKINNY_ARGS) { gemm_skinny_body<4>(y, x, w, M, N, K, mode); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m64(GEMM_SKINNY_ARGS) { gemm_skinny_body<8>(y, x, w, M, N, K, mode); }
 
 } // extern "C"
 
