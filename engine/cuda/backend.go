@@ -52,6 +52,9 @@ type BackendOptions struct {
 	// otherwise), AttentionFlash4 or AttentionPaged; AttentionEnv
 	// overrides it.
 	Attention string
+	// Gemm picks who runs the GEMMs: GemmAuto (the default), GemmCublasLt
+	// or GemmSkinny; GemmEnv overrides it. See gemmOnSkinny.
+	Gemm string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
 	// and its graph's capture; see warmup.go); those costs then fall on
@@ -97,12 +100,15 @@ type devLayer struct {
 // Every CUDA call runs on the backend's Runner thread; Forward is
 // serialised by a mutex.
 type Backend struct {
-	mu     sync.Mutex
-	r      *Runner
-	d      *Driver
-	c      *Context
-	k      *Kernels
-	blas   *BLAS
+	mu   sync.Mutex
+	r    *Runner
+	d    *Driver
+	c    *Context
+	k    *Kernels
+	blas *BLAS
+	// warm says which GEMM shapes cuBLASLt has run (blaswarm.go); it is
+	// shared with the thread that warms cuBLASLt beside the steps.
+	warm   blasWarmth
 	s      *Stream
 	cfg    model.Config
 	opts   BackendOptions
@@ -232,6 +238,34 @@ func (b *Backend) attentionKernel() string {
 		return "attn_mma (four-warp blocks only)"
 	}
 	return "attn_mma"
+}
+
+// GEMM paths of BackendOptions.Gemm.
+const (
+	// GemmAuto runs the GEMMs of at most SkinnyAutoRows rows on
+	// gemm_skinny, and those of up to SkinnyMaxRows rows there too until
+	// cuBLASLt has run their shape once (in the background warm-up), so
+	// that no request waits for cuBLASLt's lazily loaded kernels; the
+	// rest on cuBLASLt.
+	GemmAuto = "auto"
+	// GemmCublasLt runs every GEMM on cuBLASLt (the comparison).
+	GemmCublasLt = "cublaslt"
+	// GemmSkinny runs every GEMM gemm_skinny fits on it.
+	GemmSkinny = "skinny"
+)
+
+// GemmEnv overrides BackendOptions.Gemm when set (auto, cublaslt or
+// skinny), so benchmarks can compare the paths on one binary.
+const GemmEnv = "TRENI_CUDA_GEMM"
+
+// SkinnyAutoRows is the most rows GemmAuto gives gemm_skinny once
+// cuBLASLt is warm: where it streams the weights at least as fast as
+// cuBLASLt on the lent H100 (docs/BENCHMARKS.md).
+const SkinnyAutoRows = 8
+
+// gemmMode resolves BackendOptions.Gemm and GemmEnv.
+func gemmMode(opt string) (string, error) {
+	return envChoice("GEMM path", GemmEnv, opt, GemmAuto, GemmCublasLt, GemmSkinny)
 }
 
 // uploadMode resolves BackendOptions.Upload and UploadEnv.

@@ -160,3 +160,105 @@ func TestFlashSplits(t *testing.T) {
 	fits(63, 16, 319)   // 63 decodes beside a 256-token chunk
 	fits(0, 128, 2048)  // a 2,048-token chunk alone
 }
+
+// TestGemmPath pins who runs each GEMM: gemm_skinny only where it fits;
+// under GemmAuto for few rows always and for up to SkinnyMaxRows rows
+// until cuBLASLt has run the shape; GemmCublasLt and GemmSkinny as named.
+func TestGemmPath(t *testing.T) {
+	const x, w = DevicePtr(1 << 20), DevicePtr(2 << 20)
+	shape := func(M int) GemmShape { return GemmShape{M: M, N: 2560, K: 4096, In: BF16, Out: F32} }
+	for _, c := range []struct {
+		mode   string
+		M      int
+		warm   bool // cuBLASLt has run the shape
+		skinny bool
+	}{
+		{GemmAuto, 1, false, true}, {GemmAuto, 1, true, true}, {GemmAuto, SkinnyAutoRows, true, true},
+		{GemmAuto, SkinnyAutoRows + 1, false, true}, {GemmAuto, SkinnyAutoRows + 1, true, false},
+		{GemmAuto, SkinnyMaxRows, false, true}, {GemmAuto, SkinnyMaxRows + 1, false, false},
+		{"", 52, false, true}, // the zero option is auto
+		{GemmSkinny, 64, true, true}, {GemmSkinny, 65, false, false},
+		{GemmCublasLt, 1, false, false},
+	} {
+		b := &Backend{opts: BackendOptions{Gemm: c.mode}}
+		if c.warm {
+			b.warm.ran(shape(c.M))
+		}
+		if got := b.gemmOnSkinny(shape(c.M), x, w); got != c.skinny {
+			t.Errorf("%q, %d rows, cuBLASLt warm %v: on gemm_skinny = %v, want %v", c.mode, c.M, c.warm, got, c.skinny)
+		}
+	}
+	b := &Backend{}
+	for _, c := range []struct {
+		N, K int
+		x, w DevicePtr
+	}{{2568, 4096, x, w}, {2560, 4080, x, w}, {2560, 4096, x + 8, w}, {2560, 4096, x, w + 2}} {
+		if b.gemmOnSkinny(GemmShape{M: 1, N: c.N, K: c.K, In: BF16, Out: F32}, c.x, c.w) {
+			t.Errorf("gemm_skinny given %dx%d at x%%16 = %d, w%%16 = %d, which it does not take", c.N, c.K, c.x%16, c.w%16)
+		}
+	}
+	if _, err := gemmMode("fast"); err == nil {
+		t.Error(`GEMM path "fast" accepted`)
+	}
+	t.Setenv(GemmEnv, GemmCublasLt)
+	if m, err := gemmMode(GemmSkinny); err != nil || m != GemmCublasLt {
+		t.Errorf("%s=%s over the option: %q, %v", GemmEnv, GemmCublasLt, m, err)
+	}
+}
+
+// TestGemmsSettled: a decode graph of a row count that GemmAuto moves to
+// cuBLASLt is captured only once all its shapes have run there, or once
+// the aside thread has stopped; other row counts and paths never wait.
+// asideShapes lists what is left to warm within the scratch.
+func TestGemmsSettled(t *testing.T) {
+	b := &Backend{opts: BackendOptions{Gemm: GemmAuto}, cfg: model.Config{HiddenSize: 2560, IntermediateSize: 9728, VocabSize: 151936},
+		qDim: 4096, qkvDim: 6144, capT: 256, capRows: 64}
+	b.warm.setWarming(true)
+	if !b.gemmsSettled(1) || !b.gemmsSettled(SkinnyAutoRows) || !b.gemmsSettled(128) {
+		t.Error("rows that never change path wait for the aside thread")
+	}
+	if b.gemmsSettled(64) {
+		t.Error("64 rows settled before cuBLASLt ran their shapes")
+	}
+	for _, s := range b.stepShapes(64, true)[:4] {
+		b.warm.ran(s)
+	}
+	if b.gemmsSettled(64) {
+		t.Error("64 rows settled before cuBLASLt ran the LM head's shape")
+	}
+	b.warm.ran(b.stepShapes(64, true)[4])
+	if !b.gemmsSettled(64) {
+		t.Error("64 rows not settled once every shape ran")
+	}
+	if b.gemmsSettled(32) {
+		t.Error("32 rows settled before their shapes ran")
+	}
+	b.warm.setWarming(false)
+	if !b.gemmsSettled(32) {
+		t.Error("32 rows wait for an aside thread that has stopped")
+	}
+	b.opts.Gemm = GemmCublasLt
+	b.warm.setWarming(true)
+	if !b.gemmsSettled(32) {
+		t.Error("GemmCublasLt waits for the aside thread")
+	}
+
+	// 64 rows ran above; 32, 16 (with their LM heads), 128 and 256 (layer
+	// GEMMs only: beyond the LM-head scratch) are left.
+	b.opts.Gemm = GemmAuto
+	got := b.asideShapes()
+	if len(got) != 5+5+4+4 {
+		t.Fatalf("%d shapes left to warm, want 18: %v", len(got), got)
+	}
+	for _, s := range got {
+		if s.M == 64 || (s.M > 64 && s.N == 151936) {
+			t.Errorf("asked to warm %v", s)
+		}
+	}
+	b.capT = 100
+	for _, s := range b.asideShapes() {
+		if s.M > 100 {
+			t.Errorf("asked to warm %v beyond the scratch's 100 rows", s)
+		}
+	}
+}

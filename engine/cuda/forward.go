@@ -390,8 +390,39 @@ func padRows(n, capacity int) int {
 	return max(n, min(p, capacity))
 }
 
+// gemm enqueues y = x·wᵀ (y += with acc) on gemm_skinny or cuBLASLt, as
+// gemmOnSkinny decides (runner thread).
 func (b *Backend) gemm(y, x, w DevicePtr, M, N, K int, out DType, acc bool) error {
-	return b.blas.Gemm(b.s, GemmShape{M: M, N: N, K: K, In: BF16, Out: out}, y, x, w, acc)
+	shape := GemmShape{M: M, N: N, K: K, In: BF16, Out: out}
+	if b.gemmOnSkinny(shape, x, w) {
+		return b.k.GemmSkinny(b.s, y, x, w, M, N, K, out, acc)
+	}
+	return b.blasGemm(shape, y, x, w, acc)
+}
+
+// blasGemm runs a GEMM on cuBLASLt and remembers that its shape has run.
+func (b *Backend) blasGemm(shape GemmShape, y, x, w DevicePtr, acc bool) error {
+	if err := b.blas.Gemm(b.s, shape, y, x, w, acc); err != nil {
+		return err
+	}
+	b.warm.ran(shape)
+	return nil
+}
+
+// gemmOnSkinny says whether a GEMM of shape over x and w runs on
+// gemm_skinny: never where it does not fit (SkinnyFits) or under
+// GemmCublasLt; always under GemmSkinny; under GemmAuto for at most
+// SkinnyAutoRows rows, and for more (up to SkinnyMaxRows) while cuBLASLt
+// has not yet run the shape. cuBLASLt loads each shape's kernel on its
+// first launch — tens of milliseconds on the H100 — so a server that has
+// just started serves on its own kernels and switches shape by shape as
+// the background warm-up (warmGemms, which always runs cuBLASLt) loads
+// them; a captured graph keeps the path it was captured with.
+func (b *Backend) gemmOnSkinny(shape GemmShape, x, w DevicePtr) bool {
+	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
+		return false
+	}
+	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || !b.warm.has(shape)
 }
 
 // enqueueLayers enqueues the embedding and every layer for T token rows

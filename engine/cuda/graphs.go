@@ -70,7 +70,9 @@ func (b *Backend) forwardGraph(ctx context.Context, out *stepOut, rowSeq []int, 
 	if err := b.emit(out, rowSeq); err != nil {
 		return err
 	}
-	if g == nil {
+	// Capture once the bucket's GEMMs are on their final path: a graph
+	// captured while GemmAuto still runs them on gemm_skinny would keep it.
+	if g == nil && b.gemmsSettled(Bk) {
 		b.capture(Bk)
 	}
 	return nil

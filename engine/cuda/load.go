@@ -43,13 +43,17 @@ type ringResult struct {
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
-// opts.Device, opts.Upload, opts.Attention and opts.Stage are used here.
+// opts.Device, opts.Upload, opts.Attention, opts.Gemm and opts.Stage are
+// used here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Attention, err = attentionMode(opts.Attention); err != nil {
+		return nil, err
+	}
+	if opts.Gemm, err = gemmMode(opts.Gemm); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -93,7 +97,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		err = initErr
 	}
 	if err == nil {
-		opts.Device, opts.Upload, opts.Attention = b.opts.Device, b.opts.Upload, b.opts.Attention
+		opts.Device, opts.Upload, opts.Attention, opts.Gemm = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()

@@ -19,8 +19,9 @@ import (
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
 // at positions 768–1023 beside 63 decoding sequences — and the wall time
 // of a 64-row decode step with logits to the host (Forward) against token
-// ids only (ForwardTokens); each step with attn_mma, with attn_mma on
-// four-warp blocks only (flash4) and with paged_attention. Eager steps (graphs off), KV contents zero:
+// ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
+// then on gemm_skinny where it fits), with attn_mma on four-warp blocks
+// only (flash4) and with paged_attention. Eager steps (graphs off), KV contents zero:
 // attention costs do not depend on the values.
 func TestGPUStepProfile(t *testing.T) {
 	dir := os.Getenv("TRENI_PROFILE_MODEL")
@@ -84,16 +85,19 @@ func TestGPUStepProfile(t *testing.T) {
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
 	}
 	const reps = 5
-	// Every case with each attention kernel, side by side in one run.
+	// Every case with each attention kernel and each GEMM path, side by
+	// side in one run.
 	var all []profCase
-	for _, mode := range []string{AttentionFlash, AttentionFlash4, AttentionPaged} {
+	for _, m := range []struct{ att, gemm string }{
+		{AttentionFlash, GemmCublasLt}, {AttentionFlash, GemmSkinny}, {AttentionFlash4, GemmCublasLt}, {AttentionPaged, GemmCublasLt},
+	} {
 		for _, c := range cases {
-			all = append(all, profCase{mode, c.name, c.bt})
+			all = append(all, profCase{m.att, m.gemm, c.name, c.bt})
 		}
 	}
 	for _, c := range all {
 		be.mu.Lock()
-		be.opts.Attention = c.mode
+		be.opts.Attention, be.opts.Gemm = c.mode, c.gemm
 		be.mu.Unlock()
 		// Once unprofiled (plans, lazily loaded kernels), then profiled.
 		if err := be.ForwardTokens(ctx, c.bt, choice, toks, nil); err != nil {
@@ -123,11 +127,11 @@ func TestGPUStepProfile(t *testing.T) {
 		for _, o := range ops {
 			parts = append(parts, fmt.Sprintf("%s %.3f (%.0f%%)", o.name, o.ms/float64(max(steps, 1)), 100*o.ms/max(sum, 1e-9)))
 		}
-		t.Logf("PROFILE %-5s %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.mode, c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
+		t.Logf("PROFILE %-6s %-8s %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.mode, c.gemm, c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
 	}
 	// Logits to the host against token ids only, 64 decoding rows.
 	be.mu.Lock()
-	be.opts.Attention = AttentionFlash
+	be.opts.Attention, be.opts.Gemm = AttentionFlash, GemmCublasLt
 	be.mu.Unlock()
 	bt := decode(seqs, ctxLen)
 	for _, mode := range []string{"Forward (64 logits rows to host)", "ForwardTokens (64 token ids)"} {
@@ -150,8 +154,9 @@ func TestGPUStepProfile(t *testing.T) {
 	}
 }
 
-// profCase is one step of TestGPUStepProfile with one attention kernel.
+// profCase is one step of TestGPUStepProfile with one attention kernel
+// and one GEMM path.
 type profCase struct {
-	mode, name string
-	bt         *sched.Batch
+	mode, gemm, name string
+	bt               *sched.Batch
 }

@@ -18,16 +18,20 @@ import (
 // up to 180 ms after the weight upload: the server became healthy that
 // much later. Now:
 //
+//   - the GEMMs of up to SkinnyMaxRows rows run on the engine's own
+//     gemm_skinny (loaded with the module in kernel_load) until cuBLASLt
+//     has run their shape (gemmOnSkinny), so neither the load warm-up nor
+//     a first request of a few dozen tokens loads any cuBLASLt kernel;
 //   - loadWarmup, during the upload, warms only what every request needs:
-//     the batch-1 decode step (its GEMM plans and kernels at one row, the
-//     LM head's at one row, which a prefill's last token also uses) and
-//     the capture of its graph. A first request then pays only for its
-//     own prefill's GEMM shapes, as it would on an eager path.
+//     the batch-1 decode step and the capture of its graph (on
+//     GemmCublasLt, its GEMM plans and kernels at one row, the LM head's
+//     at one row, which a prefill's last token also uses);
 //   - WarmBackground, once the server is serving, warms the rest one small
-//     item at a time (the prefill row buckets' GEMMs, then the decode
-//     graphs of every bucket up to the batch limit), each item taken only
-//     while no step is waiting for the backend, so a request waits at most
-//     for the one item under way (max_item_ms in its warmup stage).
+//     item at a time (the prefill row buckets' cuBLASLt GEMMs, then the
+//     decode graphs of every bucket up to the batch limit), each item
+//     taken only while no step is waiting for the backend, so a request
+//     waits at most for the one item under way (max_item_ms in its warmup
+//     stage).
 //
 // Warm-up rows are graph padding rows: KV slot −1 (they store nothing) at
 // position 0 through an all-zero block table, so they never disturb a
@@ -68,10 +72,13 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
 			return fmt.Errorf("cuda: load warm-up decode step: %w", err)
 		}
 		graphs = len(b.graphs)
-	} else if err := b.warmGemms(1); err != nil {
-		return fmt.Errorf("cuda: load warm-up: %w", err)
+	} else if !b.skinnyServes(1) {
+		// Eager decode steps run on cuBLASLt: load its kernels now.
+		if err := b.warmGemms(1); err != nil {
+			return fmt.Errorf("cuda: load warm-up: %w", err)
+		}
 	}
-	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "gemm_plans": b.blas.Plans(), "graphs": graphs,
+	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "gemm_plans": b.blas.Plans(), "graphs": graphs, "gemm": b.opts.Gemm,
 		"concurrent_with_upload": overlapped, "scratch_rows": b.capT, "logits_rows": b.capRows})
 	return nil
 }
@@ -102,10 +109,12 @@ func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs) err
 	return nil
 }
 
-// warmGemms runs the four layer GEMMs of a step of M rows once (layer 0's
-// weights, scratch in and out), which builds their plans and loads their
-// kernels (runner thread). The scratch holds no state between steps: a
-// step's embedding rewrites the residual rows it uses.
+// warmGemms runs the four layer GEMMs of a step of M rows once on
+// cuBLASLt (layer 0's weights, scratch in and out), and the LM head's when
+// M logits rows fit, which builds their plans and loads their kernels
+// (runner thread); under GemmAuto the shapes then leave gemm_skinny. The
+// scratch holds no state between steps: a step's embedding rewrites the
+// residual rows it uses.
 func (b *Backend) warmGemms(M int) error {
 	if M > b.capT || len(b.layers) == 0 {
 		return nil
@@ -113,17 +122,38 @@ func (b *Backend) warmGemms(M int) error {
 	c := b.cfg
 	H, I := c.HiddenSize, c.IntermediateSize
 	l := &b.layers[0]
+	g := func(N, K int, out DType) GemmShape { return GemmShape{M: M, N: N, K: K, In: BF16, Out: out} }
 	for _, err := range []error{
-		b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false),
-		b.gemm(b.x, b.att, l.o, M, H, b.qDim, F32, true),
-		b.gemm(b.gu, b.h, l.gu, M, 2*I, H, BF16, false),
-		b.gemm(b.x, b.act, l.down, M, H, I, F32, true),
+		b.blasGemm(g(b.qkvDim, H, BF16), b.qkv, b.h, l.qkv, false),
+		b.blasGemm(g(H, b.qDim, F32), b.x, b.att, l.o, true),
+		b.blasGemm(g(2*I, H, BF16), b.gu, b.h, l.gu, false),
+		b.blasGemm(g(H, I, F32), b.x, b.act, l.down, true),
+		b.warmLMHead(M),
 	} {
 		if err != nil {
 			return fmt.Errorf("warm the GEMMs of %d rows: %w", M, err)
 		}
 	}
 	return b.s.Synchronize()
+}
+
+// skinnyServes says whether every GEMM of an M-row step runs on
+// gemm_skinny before cuBLASLt has run any (the cold path).
+func (b *Backend) skinnyServes(M int) bool {
+	c := b.cfg
+	H, I := c.HiddenSize, c.IntermediateSize
+	fits := func(N, K int) bool { return SkinnyFits(M, N, K, 0, 0) }
+	return b.opts.Gemm != GemmCublasLt && fits(b.qkvDim, H) && fits(H, b.qDim) && fits(2*I, H) && fits(H, I) && fits(c.VocabSize, H)
+}
+
+// warmLMHead runs the LM head's GEMM of M rows on cuBLASLt, when the
+// logits scratch holds M rows.
+func (b *Backend) warmLMHead(M int) error {
+	if M > b.capRows {
+		return nil
+	}
+	c := b.cfg
+	return b.blasGemm(GemmShape{M: M, N: c.VocabSize, K: c.HiddenSize, In: BF16, Out: F32}, b.logitsD, b.lmX, b.lmHead, false)
 }
 
 // warmItem is one piece of background warm-up.
@@ -172,13 +202,36 @@ func (b *Backend) WarmBackground(maxBatch int) {
 	if b.closed || b.bgDone != nil {
 		return
 	}
-	items := backgroundItems(warmupPrefill[:], b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
+	// Under GemmAuto and GemmSkinny the cuBLASLt GEMMs warm on a thread
+	// of their own (blaswarm.go) instead of between steps.
+	prefill := warmupPrefill[:]
+	aside := b.opts.Gemm != GemmCublasLt && len(b.layers) > 0
+	if aside {
+		prefill = nil
+	}
+	items := backgroundItems(prefill, b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	done, asideDone := make(chan struct{}), make(chan struct{})
 	b.bgCancel, b.bgDone = cancel, done
+	if aside {
+		b.warm.setWarming(true)
+		go func() {
+			defer close(asideDone)
+			b.warmBLASAside(ctx)
+		}()
+	} else {
+		close(asideDone)
+	}
 	go func() {
-		defer close(done)
-		b.warmBackground(ctx, items, b.runWarmItem)
+		defer func() { <-asideDone; close(done) }()
+		b.warmBackground(ctx, items, b.runWarmItem, func(it warmItem) <-chan struct{} {
+			// A decode graph whose GEMMs are still moving to cuBLASLt
+			// waits for the aside thread (the steps meanwhile run eagerly).
+			if it.what == "graph" && !b.gemmsSettled(it.rows) {
+				return asideDone
+			}
+			return nil
+		})
 	}()
 }
 
@@ -194,8 +247,11 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 }
 
 // warmBackground runs items through run on the runner thread with b.mu
-// held, each only once no step is pending (see WarmBackground).
-func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func(context.Context, warmItem) error) {
+// held, each only once no step is pending (see WarmBackground) and, where
+// gate gives a channel for the item (gate may be nil), once that channel
+// is closed.
+func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func(context.Context, warmItem) error,
+	gate func(warmItem) <-chan struct{}) {
 	t0 := time.Now()
 	var (
 		maxItem        time.Duration
@@ -204,6 +260,15 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		errs           []error
 	)
 	for _, it := range items {
+		if gate != nil {
+			if ch := gate(it); ch != nil {
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
 		// Let every waiting step go first.
 		for b.pending.Load() > 0 {
 			yields++

@@ -47,7 +47,7 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 					return errors.New("capture refused")
 				}
 				return nil
-			})
+			}, nil)
 		}()
 		synctest.Wait()
 		if len(ran) != 0 {
@@ -85,8 +85,47 @@ func TestWarmBackgroundStops(t *testing.T) {
 		n++
 		cancel()
 		return nil
-	})
+	}, nil)
 	if n != 1 || len(stages) != 0 {
 		t.Errorf("after cancel: %d items ran, stages %v", n, stages)
 	}
+}
+
+// An item whose gate gives a channel waits for it to close, without
+// holding the backend (a step can run meanwhile); the items before it run
+// at once.
+func TestWarmBackgroundGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &Backend{r: NewRunner()}
+		defer b.r.Close()
+		items := []warmItem{{"graph", 8}, {"graph", 64}}
+		open := make(chan struct{})
+		var ran []warmItem
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.warmBackground(context.Background(), items, func(_ context.Context, it warmItem) error {
+				ran = append(ran, it)
+				return nil
+			}, func(it warmItem) <-chan struct{} {
+				if it.rows > 8 {
+					return open
+				}
+				return nil
+			})
+		}()
+		synctest.Wait()
+		if !slices.Equal(ran, items[:1]) {
+			t.Fatalf("before the gate opened: ran %v, want %v", ran, items[:1])
+		}
+		if !b.mu.TryLock() {
+			t.Fatal("the gated warm-up holds the backend")
+		}
+		b.mu.Unlock()
+		close(open)
+		<-done
+		if !slices.Equal(ran, items) {
+			t.Fatalf("ran %v, want %v", ran, items)
+		}
+	})
 }

@@ -1,0 +1,237 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// Warming cuBLASLt beside the steps (docs/ARCHITECTURE.md, "Stages").
+//
+// cuBLASLt loads each GEMM shape's kernel on that shape's first launch: on
+// the lent H100 the first few shapes took 100–200 ms together. Under
+// GemmAuto a server that has just started runs its GEMMs of up to
+// SkinnyMaxRows rows on gemm_skinny, which the engine's own module
+// provides, and a second OS thread — its own stream, cuBLASLt handle and
+// scratch, the context current on it — runs every shape the steps will
+// want from cuBLASLt once, so that those kernels are loaded while the
+// server already answers. A shape leaves gemm_skinny for cuBLASLt once
+// that thread has run it (warm.has). The runner thread never waits for
+// the aside thread: a step that arrives meanwhile runs on gemm_skinny, and
+// a decode graph of more than SkinnyAutoRows rows is captured only once
+// its shapes are settled (gemmsSettled), so that no graph keeps
+// gemm_skinny where cuBLASLt is faster.
+
+// blasWarmth is the set of GEMM shapes cuBLASLt has run, and whether the
+// aside thread is still warming more. Safe for concurrent use.
+type blasWarmth struct {
+	mu      sync.Mutex
+	shapes  map[GemmShape]bool
+	warming bool
+}
+
+func (w *blasWarmth) ran(s GemmShape) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.shapes == nil {
+		w.shapes = map[GemmShape]bool{}
+	}
+	w.shapes[s] = true
+}
+
+func (w *blasWarmth) has(s GemmShape) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shapes[s]
+}
+
+func (w *blasWarmth) setWarming(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warming = on
+}
+
+func (w *blasWarmth) isWarming() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.warming
+}
+
+// asideRows are the step row counts whose cuBLASLt GEMMs the aside thread
+// warms, most likely first: a prefill bucket of a short prompt, then
+// decode batches and longer chunks (padRows gives these sizes).
+var asideRows = [...]int{64, 32, 16, 128, 256}
+
+// asideLMHeadRows is the most LM-head rows the aside thread warms: its
+// scratch holds that many rows of the vocabulary's logits.
+const asideLMHeadRows = 64
+
+// stepShapes are the GEMM shapes of a step of M rows: the four layer GEMMs
+// and, when lmHead, the LM head's.
+func (b *Backend) stepShapes(M int, lmHead bool) []GemmShape {
+	c := b.cfg
+	H, I := c.HiddenSize, c.IntermediateSize
+	g := func(N, K int, out DType) GemmShape { return GemmShape{M: M, N: N, K: K, In: BF16, Out: out} }
+	s := []GemmShape{g(b.qkvDim, H, BF16), g(H, b.qDim, F32), g(2*I, H, BF16), g(H, I, F32)}
+	if lmHead {
+		s = append(s, g(c.VocabSize, H, F32))
+	}
+	return s
+}
+
+// gemmsSettled says whether every GEMM of a decode step of M rows is on
+// the path it will keep: false only while the aside thread is warming
+// and some shape of those rows that would leave gemm_skinny has not run on
+// cuBLASLt yet. A graph captured before then would keep gemm_skinny.
+func (b *Backend) gemmsSettled(M int) bool {
+	if b.opts.Gemm != GemmAuto || M <= SkinnyAutoRows || M > SkinnyMaxRows || !b.warm.isWarming() {
+		return true
+	}
+	for _, s := range b.stepShapes(M, true) {
+		if SkinnyFits(s.M, s.N, s.K, 0, 0) && !b.warm.has(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// asideShapes lists what the aside thread runs: each of asideRows' step
+// shapes that the scratch holds (M ≤ capT; the LM head up to
+// asideLMHeadRows and capRows rows), not yet run, that cuBLASLt will run.
+func (b *Backend) asideShapes() []GemmShape {
+	var out []GemmShape
+	for _, M := range asideRows {
+		if M > b.capT {
+			continue
+		}
+		for _, s := range b.stepShapes(M, M <= min(asideLMHeadRows, b.capRows)) {
+			// Under GemmSkinny cuBLASLt runs only what gemm_skinny does not fit.
+			if !b.warm.has(s) && (b.opts.Gemm != GemmSkinny || !SkinnyFits(s.M, s.N, s.K, 0, 0)) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// asideWarm runs shapes once each on cuBLASLt on a thread of its own (see
+// the comment at the top of this file), marking each as it completes,
+// until done or ctx ends. weights gives a shape's weight matrix (layer
+// 0's, or the LM head). It returns how many shapes ran.
+func (b *Backend) asideWarm(ctx context.Context, shapes []GemmShape, weights func(GemmShape) DevicePtr) (int, error) {
+	if len(shapes) == 0 {
+		return 0, nil
+	}
+	maxX, maxY := 0, 0
+	for _, s := range shapes {
+		maxX = max(maxX, s.M*s.K*2)
+		maxY = max(maxY, s.M*s.N*s.Out.Size())
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		// The thread ends with the goroutine, the context current on it.
+		runtime.LockOSThread()
+		n, err := func() (n int, err error) {
+			if err := b.c.SetCurrent(); err != nil {
+				return 0, err
+			}
+			lib, err := openBLASPath(b.blas.Path)
+			if err != nil {
+				return 0, err
+			}
+			bl, err := b.c.newBLASFrom(lib)
+			if err != nil {
+				return 0, err
+			}
+			var x, y DevicePtr
+			var st *Stream
+			// Freeing may synchronise the device, which must not happen
+			// beside a graph capture on the runner thread: release
+			// everything there, between steps (the runner is free then).
+			defer func() {
+				err = errors.Join(err, b.r.Do(context.Background(), func() error {
+					var errs []error
+					if st != nil {
+						errs = append(errs, st.Synchronize(), st.Destroy())
+					}
+					for _, p := range []DevicePtr{x, y} {
+						if p != 0 {
+							errs = append(errs, b.c.Free(p))
+						}
+					}
+					return errors.Join(append(errs, bl.Close())...)
+				}))
+			}()
+			if st, err = b.c.NewStream(); err != nil {
+				return 0, err
+			}
+			if x, err = b.c.Alloc(maxX); err != nil {
+				return 0, err
+			}
+			if y, err = b.c.Alloc(maxY); err != nil {
+				return 0, err
+			}
+			for _, s := range shapes {
+				if ctx.Err() != nil {
+					return n, nil
+				}
+				if err := bl.Gemm(st, s, y, x, weights(s), false); err != nil {
+					return n, fmt.Errorf("%dx%dx%d: %w", s.M, s.N, s.K, err)
+				}
+				if err := st.Synchronize(); err != nil {
+					return n, err
+				}
+				b.warm.ran(s)
+				n++
+			}
+			return n, nil
+		}()
+		res <- result{n, err}
+	}()
+	r := <-res
+	return r.n, r.err
+}
+
+// warmBLASAside is the aside thread's part of WarmBackground: it warms
+// asideShapes and reports a warmup stage of kind "cublaslt_aside".
+func (b *Backend) warmBLASAside(ctx context.Context) {
+	defer b.warm.setWarming(false)
+	t0 := time.Now()
+	b.mu.Lock()
+	shapes := b.asideShapes()
+	l0, lm := b.layers[0], b.lmHead
+	b.mu.Unlock()
+	c := b.cfg
+	weights := func(s GemmShape) DevicePtr {
+		switch {
+		case s.N == c.VocabSize && s.K == c.HiddenSize:
+			return lm
+		case s.N == b.qkvDim:
+			return l0.qkv
+		case s.N == 2*c.IntermediateSize:
+			return l0.gu
+		case s.K == b.qDim:
+			return l0.o
+		}
+		return l0.down
+	}
+	n, err := b.asideWarm(ctx, shapes, weights)
+	attrs := trace.Attrs{"kind": "cublaslt_aside", "shapes": n, "of": len(shapes), "thread": "own (beside the steps)"}
+	if err != nil {
+		attrs["error"] = err.Error()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.stage(trace.StageWarmup, t0, attrs)
+	}
+}
