@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -593,8 +594,25 @@ func releaseLoadMemory(lg *log.Logger) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	lg.Printf("memory after load: Go heap in use %.1f MB, Go runtime total (heap, stacks, metadata) %.1f MB, released to the OS %.1f MB",
-		float64(ms.HeapInuse)/1e6, float64(ms.Sys-ms.HeapReleased)/1e6, float64(ms.HeapReleased)/1e6)
+	lg.Printf("memory after load: Go heap in use %.1f MB, Go runtime total (heap, stacks, metadata) %.1f MB, released to the OS %.1f MB; process %s",
+		float64(ms.HeapInuse)/1e6, float64(ms.Sys-ms.HeapReleased)/1e6, float64(ms.HeapReleased)/1e6, residentMemory())
+}
+
+// residentMemory reads VmRSS, RssAnon and RssFile from /proc/self/status
+// ("RSS not reported" where there is none), so the log line shows how
+// much of the process's memory the Go runtime accounts for.
+func residentMemory() string {
+	b, err := os.ReadFile("/proc/self/status")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && (k == "VmRSS" || k == "RssAnon" || k == "RssFile") {
+			out = append(out, k+" "+strings.TrimSpace(v))
+		}
+	}
+	if err != nil || len(out) == 0 {
+		return "RSS not reported"
+	}
+	return strings.Join(out, ", ")
 }
 
 // backend is what serve needs of a backend beyond the scheduler's view.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -74,6 +75,19 @@ func BenchmarkEncodeQwen3Uncached(b *testing.B) {
 		tok.words.m = nil
 		tok.words.mu.Unlock()
 		tok.Encode(text)
+	}
+}
+
+// BenchmarkPieceIndexQwen3 builds the piece index and looks up a piece it
+// lacks: what the first request's StopTokenIDs costs (the index is built
+// on first use).
+func BenchmarkPieceIndexQwen3(b *testing.B) {
+	tok := loadQwen3(b)
+	for b.Loop() {
+		tok.pieceIdxOnce, tok.pieceIdx = sync.Once{}, pieceIndex{}
+		if _, ok := tok.TokenID("<|eot_id|>"); ok {
+			b.Fatal("<|eot_id|> is not a Qwen3 token")
+		}
 	}
 }
 

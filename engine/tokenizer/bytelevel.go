@@ -1,5 +1,10 @@
 package tokenizer
 
+import (
+	"slices"
+	"unicode/utf8"
+)
+
 // The GPT-2 byte-level alphabet: every byte maps to one printable rune so
 // that BPE pieces are valid strings. Bytes that are printable Latin-1 map to
 // themselves; the others are shifted to U+0100 upwards in byte order. The
@@ -40,16 +45,30 @@ func byteLevelEncode(s string) string {
 	return string(out)
 }
 
-// byteLevelDecode inverts byteLevelEncode the way the HF ByteLevel decoder
-// does: if any rune of the piece is outside the alphabet, the piece's own
-// UTF-8 bytes are used unchanged.
-func byteLevelDecode(piece string) []byte {
-	out := make([]byte, 0, len(piece))
-	for _, r := range piece {
-		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
-			return []byte(piece)
+// appendByteLevelDecode appends the bytes of a piece as the HF ByteLevel
+// decoder gives them: each rune of the alphabet is its byte, and if any
+// rune of the piece is outside the alphabet, the piece's own UTF-8 bytes
+// are used unchanged. The alphabet's runes are below U+0144, so they are
+// one byte or two (a lead byte 0xC2..0xC5) in UTF-8.
+func appendByteLevelDecode(buf []byte, piece string) []byte {
+	start := len(buf)
+	buf = slices.Grow(buf, len(piece)) // a piece decodes to at most its length
+	out := buf[start : start+len(piece)]
+	n := 0
+	for i := 0; i < len(piece); n++ {
+		r := rune(piece[i])
+		i++
+		if r >= utf8.RuneSelf {
+			if r < 0xC2 || r > 0xC5 || i >= len(piece) || piece[i]&0xC0 != 0x80 {
+				return append(buf[:start], piece...)
+			}
+			r = (r&0x1F)<<6 | rune(piece[i]&0x3F)
+			i++
 		}
-		out = append(out, byte(runeToByte[r]))
+		if int(r) >= len(runeToByte) || runeToByte[r] < 0 {
+			return append(buf[:start], piece...)
+		}
+		out[n] = byte(runeToByte[r])
 	}
-	return out
+	return buf[:start+n]
 }

@@ -19,12 +19,15 @@ import (
 //
 //	header: magic "TRNTOK\x00" + version byte, u32 crc32c(payload), u32 0, u64 len(payload)
 //	payload: sections, each u64 length + bytes, padded to 8 bytes:
-//	  meta JSON, pieces, pieceOff u32[], decoded, decOff u32[], present u8[],
-//	  merge keys u64[], merge vals u64[], byteID i32[256]
+//	  meta JSON, pieces, pieceOff u32[], present u8[], merge slots u64[],
+//	  merged id per rank u32[], byteID i32[256]
+//
+// A hit keeps the file's bytes as the tokenizer's tables (they are used in
+// place), so the file is what the tokenizer holds: 4.8 MB for Qwen3.
 const (
-	cacheMagic   = "TRNTOK\x00\x02"
+	cacheMagic   = "TRNTOK\x00\x03"
 	cacheHeader  = 24
-	cacheVersion = "2" // part of the key: a format change never reads old files
+	cacheVersion = "3" // part of the key: a format change never reads old files
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -74,17 +77,9 @@ func writeCache(path string, t *Tokenizer) error {
 	section(mj)
 	section([]byte(t.pieces))
 	section(u32s(t.pieceOff))
-	section([]byte(t.decoded))
-	section(u32s(t.decOff))
-	pres := make([]byte, len(t.present))
-	for i, ok := range t.present {
-		if ok {
-			pres[i] = 1
-		}
-	}
-	section(pres)
-	section(u64s(t.merges.keys))
-	section(u64s(t.merges.vals))
+	section(t.present)
+	section(u64s(t.merges.slots))
+	section(u32s(t.merges.ids))
 	bid := make([]uint32, 256)
 	for i, v := range t.byteID {
 		bid[i] = uint32(v)
@@ -150,7 +145,7 @@ func decodeCache(data []byte) (*Tokenizer, error) {
 
 // decodePayload validates and maps the sections of a cache payload.
 func decodePayload(p []byte) (*Tokenizer, error) {
-	var secs [9][]byte
+	var secs [7][]byte
 	for i := range secs {
 		if len(p) < 8 {
 			return nil, fmt.Errorf("%w: section %d missing", errBadCache, i)
@@ -173,41 +168,49 @@ func decodePayload(p []byte) (*Tokenizer, error) {
 	}
 	t := &Tokenizer{}
 	t.pieces = bytesString(secs[1])
-	t.decoded = bytesString(secs[3])
 	var ok bool
 	if t.pieceOff, ok = asU32(secs[2]); !ok {
 		return nil, fmt.Errorf("%w: piece offsets", errBadCache)
 	}
-	if t.decOff, ok = asU32(secs[4]); !ok {
-		return nil, fmt.Errorf("%w: decoded offsets", errBadCache)
+	t.present = secs[3]
+	n := len(t.present)
+	if len(t.pieceOff) != n+1 || !monotone(t.pieceOff, len(t.pieces)) {
+		return nil, fmt.Errorf("%w: offsets do not match the pieces", errBadCache)
 	}
-	n := len(secs[5])
-	if len(t.pieceOff) != n+1 || len(t.decOff) != n+1 || !monotone(t.pieceOff, len(t.pieces)) || !monotone(t.decOff, len(t.decoded)) {
-		return nil, fmt.Errorf("%w: offsets do not match the blobs", errBadCache)
+	if t.merges.slots, ok = asU64(secs[4]); !ok {
+		return nil, fmt.Errorf("%w: merge slots", errBadCache)
 	}
-	t.present = make([]bool, n)
-	for i, b := range secs[5] {
-		t.present[i] = b != 0
+	if t.merges.ids, ok = asU32(secs[5]); !ok {
+		return nil, fmt.Errorf("%w: merged ids", errBadCache)
 	}
-	if t.merges.keys, ok = asU64(secs[6]); !ok {
-		return nil, fmt.Errorf("%w: merge keys", errBadCache)
+	mids := t.merges.ids
+	// Merged ids index the tables; check them once here rather than on
+	// every lookup.
+	for _, id := range mids {
+		if id >= uint32(n) {
+			return nil, fmt.Errorf("%w: merge id", errBadCache)
+		}
 	}
-	if t.merges.vals, ok = asU64(secs[7]); !ok {
-		return nil, fmt.Errorf("%w: merge values", errBadCache)
-	}
-	size := len(t.merges.keys)
-	if size == 0 || size&(size-1) != 0 || len(t.merges.vals) != size {
+	size := len(t.merges.slots)
+	if size == 0 || size&(size-1) != 0 {
 		return nil, fmt.Errorf("%w: merge table size", errBadCache)
 	}
 	t.merges.mask = uint64(size - 1)
+	if t.merges.idBits, t.merges.rankBits, ok = mergeBits(n, len(mids)); !ok {
+		return nil, fmt.Errorf("%w: merge table widths", errBadCache)
+	}
 	free := false
-	for _, k := range t.merges.keys {
-		if k == emptyKey {
+	rankMask := uint64(1)<<t.merges.rankBits - 1
+	for _, s := range t.merges.slots {
+		if s == emptyKey {
 			free = true // a full table would make lookups of absent pairs loop
-			break
+			continue
+		}
+		if s&rankMask >= uint64(len(mids)) {
+			return nil, fmt.Errorf("%w: merge rank", errBadCache)
 		}
 	}
-	bid, ok := asU32(secs[8])
+	bid, ok := asU32(secs[6])
 	if !ok || len(bid) != 256 || !free {
 		return nil, fmt.Errorf("%w: byte table", errBadCache)
 	}
@@ -227,13 +230,6 @@ func decodePayload(p []byte) (*Tokenizer, error) {
 	}
 	if err := t.setMeta(md, nil, 0); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadCache, err)
-	}
-	// Merged ids index the tables; check them once here rather than on
-	// every lookup.
-	for i, k := range t.merges.keys {
-		if id := int32(uint32(t.merges.vals[i])); k != emptyKey && (id < 0 || int(id) >= n) {
-			return nil, fmt.Errorf("%w: merge id", errBadCache)
-		}
 	}
 	return t, nil
 }

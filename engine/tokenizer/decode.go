@@ -8,10 +8,10 @@ import "unicode/utf8"
 // invalid subsequence (Rust's String::from_utf8_lossy). Unknown ids are
 // skipped.
 func (t *Tokenizer) Decode(ids []int32) string {
-	n := 0
+	n := 0 // the pieces' lengths bound their decoded lengths
 	for _, id := range ids {
 		if id >= 0 && int(id) < len(t.present) {
-			n += int(t.decOff[id+1] - t.decOff[id])
+			n += int(t.pieceOff[id+1] - t.pieceOff[id])
 		}
 	}
 	buf := make([]byte, 0, n)
@@ -23,10 +23,10 @@ func (t *Tokenizer) Decode(ids []int32) string {
 
 // appendBytes appends the bytes token id decodes to.
 func (t *Tokenizer) appendBytes(buf []byte, id int32) []byte {
-	if id < 0 || int(id) >= len(t.present) || !t.present[id] {
+	if id < 0 || int(id) >= len(t.present) || t.present[id] == 0 {
 		return buf
 	}
-	return append(buf, t.decoded[t.decOff[id]:t.decOff[id+1]]...)
+	return appendByteLevelDecode(buf, t.pieces[t.pieceOff[id]:t.pieceOff[id+1]])
 }
 
 // DecodeBytes returns the raw bytes of ids, without UTF-8 repair.

@@ -101,7 +101,11 @@ func parse(data []byte, cfg *config) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	mt, err := buildMerges(merges, m.Vocab)
+	numIDs := len(pieces)
+	for _, a := range added {
+		numIDs = max(numIDs, int(a.ID)+1)
+	}
+	mt, err := buildMerges(merges, m.Vocab, numIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +208,13 @@ func addedTokens(toks []addedJSON, vocab map[string]int64) ([]addedToken, error)
 }
 
 // buildMerges turns the merge list into the rank table; every piece of a
-// merge, and its result, must be in the vocabulary.
-func buildMerges(merges [][2]string, vocab map[string]int64) (mergeTable, error) {
-	mt := newMergeTable(len(merges))
+// merge, and its result, must be in the vocabulary (whose ids, added
+// tokens included, are below numIDs).
+func buildMerges(merges [][2]string, vocab map[string]int64, numIDs int) (mergeTable, error) {
+	mt, err := newMergeTable(len(merges), numIDs)
+	if err != nil {
+		return mt, err
+	}
 	for rank, p := range merges {
 		a, ok := vocab[p[0]]
 		if !ok {
@@ -264,8 +272,8 @@ func (t *Tokenizer) setMeta(md meta, pre []preStep, fast int) error {
 	return nil
 }
 
-// buildTables lays out pieces and decoded bytes per id, added tokens
-// included, and the byte → id table.
+// buildTables lays out the pieces per id, added tokens included, and the
+// byte → id table.
 func (t *Tokenizer) buildTables(pieces []string, present []bool) {
 	n := len(pieces)
 	for _, a := range t.added {
@@ -284,22 +292,25 @@ func (t *Tokenizer) buildTables(pieces []string, present []bool) {
 		pieces[a.ID] = c
 		present[a.ID] = true
 	}
-	var pb, db strings.Builder
+	size := 0
+	for id, ok := range present {
+		if ok {
+			size += len(pieces[id])
+		}
+	}
+	var pb strings.Builder
+	pb.Grow(size)
 	pieceOff := make([]uint32, n+1)
-	decOff := make([]uint32, n+1)
+	t.present = make([]byte, n)
 	for id := 0; id < n; id++ {
 		pieceOff[id] = uint32(pb.Len())
-		decOff[id] = uint32(db.Len())
 		if present[id] {
 			pb.WriteString(pieces[id])
-			db.Write(byteLevelDecode(pieces[id]))
+			t.present[id] = 1
 		}
 	}
 	pieceOff[n] = uint32(pb.Len())
-	decOff[n] = uint32(db.Len())
 	t.pieces, t.pieceOff = pb.String(), pieceOff
-	t.decoded, t.decOff = db.String(), decOff
-	t.present = present
 	for b := 0; b < 256; b++ {
 		t.byteID[b] = -1
 	}
