@@ -90,6 +90,13 @@ def engine_run(res, stem):
     if healthy is not None:
         after = [v for t, v in rss if t >= healthy]
         out["rss_after_load"] = after[0] if after else None
+    # Warm-up goes on after healthy (background graphs, cuBLASLt on its own
+    # thread): the RSS the server keeps is the one after its last warmup
+    # stage has ended.
+    warm_end = max((e["stage"]["end"] for e in ev if e.get("kind") == "stage" and e["stage"].get("name") == "warmup"), default=None)
+    if warm_end is not None:
+        after = [v for t, v in rss if t >= warm_end]
+        out["rss_after_warmup"] = after[0] if after else None
     out["rss_peak"] = max((v for _, v in rss), default=None)
     for e in ev:
         if e.get("kind") == "request" and e["request"].get("prompt_tokens"):
@@ -111,6 +118,42 @@ def hf_run(res, stem):
         "warm_ttft_ms": med([w["ttft_ms"] for w in r.get("warm", [])]),
         "prompt_tokens": r.get("prompt_tokens"),
     }
+
+
+def stage_end(e, name, kind=None):
+    for s in e["stages"]:
+        if s["name"] == name and (kind is None or (s.get("attrs") or {}).get("kind") == kind):
+            return s["start_ms"] + s["duration_ms"]
+    return None
+
+
+def variants(res, p, eng):
+    """The ENGINE_VARIANTS runs of preset p beside its default runs."""
+    rows = [("default", eng)]
+    for k in range(1, 20):
+        try:
+            name = open(os.path.join(res, "variant-%d.txt" % k)).read().strip()
+        except OSError:
+            break
+        runs = [engine_run(res, "engine-%s-var%d-%d" % (p, k, i)) for i in range(1, 10)]
+        rows.append((name, [r for r in runs if r]))
+    if len(rows) == 1:
+        return
+    print("Variants, same call (min / median / max):\n")
+    print("| variant | runs | first token (ms) | healthy (ms) | upload (GB/s) | upload ends (ms) | load warm-up ends (ms) | first_request (ms) | ITL b1 (ms) | warm TTFT (ms) |")
+    print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+    for name, runs in rows:
+        def fr(e):
+            for s in e["stages"]:
+                if s["name"] == "first_request":
+                    return s["duration_ms"]
+            return None
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, len(runs), mmm([e["first_token_ms"] for e in runs]), mmm([e["healthy_ms"] for e in runs]),
+            mmm([e["upload_gbps"] for e in runs], "{:.1f}"), mmm([stage_end(e, "decoder_tensor_upload") for e in runs]),
+            mmm([stage_end(e, "warmup", "load") for e in runs]), mmm([fr(e) for e in runs], "{:.1f}"),
+            mmm([e["itl_ms"] for e in runs], "{:.2f}"), mmm([e["warm_ttft_ms"] for e in runs], "{:.2f}")))
+    print()
 
 
 def main():
@@ -177,7 +220,9 @@ def main():
             eng[0].get("prompt_tokens") or "?", mmm(wt, "{:.2f}"), "≤ 8" if p == "4b" else "—", mmm([h["warm_ttft_ms"] for h in hf], "{:.1f}"),
             "1 : %.1f" % (med([h["warm_ttft_ms"] for h in hf]) / med(wt)) if hf and med(wt) else "—"))
         rss = [e.get("rss_after_load") for e in eng]
-        print("| RSS after load (MB) | %s | %s | | | |" % (mmm([r / 1e6 if r else None for r in rss]), "≤ 300" if p == "4b" else "—"))
+        print("| RSS when healthy (MB) | %s | | | | |" % mmm([r / 1e6 if r else None for r in rss]))
+        rss = [e.get("rss_after_warmup") for e in eng]
+        print("| RSS after load and warm-up (MB) | %s | %s | | | |" % (mmm([r / 1e6 if r else None for r in rss]), "≤ 300" if p == "4b" else "—"))
         print("| unattributed share of the cold start | %s | ≤ 2%% | | | |" % mmm([100 * (e["unattributed"] or 0) for e in eng], "{:.1f}%"))
         cold = engine_run(res, "engine-%s-evicted" % p)
         hcold = hf_run(res, "hf-%s-evicted" % p)
@@ -193,8 +238,11 @@ def main():
         print("| stage | start | duration | share | attrs |\n| --- | --: | --: | --: | --- |")
         for s in mid["stages"]:
             a = json.dumps(s.get("attrs") or {})
-            print("| %s | %.1f | %.1f | %.1f%% | %s |" % (s["name"], s["start_ms"], s["duration_ms"], 100 * (s.get("share") or 0), a[:160].replace("|", "/")))
+            if s["name"] not in ("decoder_tensor_upload", "warmup", "kernel_load"):
+                a = a[:160]
+            print("| %s | %.1f | %.1f | %.1f%% | %s |" % (s["name"], s["start_ms"], s["duration_ms"], 100 * (s.get("share") or 0), a.replace("|", "/")))
         print()
+        variants(res, p, eng)
         if hf:
             print("HF transformers stages (median of %d): import %.0f ms, model load %.0f ms, first token %.0f ms\n" % (
                 len(hf), med([h["import_ms"] for h in hf]), med([h["load_ms"] for h in hf]), med(hft)))

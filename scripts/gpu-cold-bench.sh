@@ -8,7 +8,8 @@
 #   3. the built-in engine, page cache warm, RUNS cold starts per shape
 #      (treni-top run --headless --json: process start → healthy → first
 #      streamed token, stage table, warm TTFT on a 52-token prompt, batch-1
-#      ITL, RSS), plus one run through the mapped upload path for the ratio;
+#      ITL, RSS), plus one run through the mapped upload path for the ratio,
+#      and RUNS more per ENGINE_VARIANTS entry (environment settings);
 #   4. HF transformers, a fresh process per cold run (scripts/hf_peer.py),
 #      RUNS per shape, with warm generations in the last;
 #   5. page cache cold (4b): the engine with --evict-page-cache and HF after
@@ -87,6 +88,17 @@ for p in $PRESETS; do
 	engine "$p" "engine-$p-0" # first contact: tokenizer cache, driver files; not reported
 	for i in $(seq 1 "$RUNS"); do engine "$p" "engine-$p-$i"; done
 	TRENI_CUDA_UPLOAD=mapped engine "$p" "engine-$p-mapped"
+	# ENGINE_VARIANTS: space-separated variants, each a comma-separated
+	# list of environment assignments (TRENI_CUDA_GEMM=cublaslt,
+	# TRENI_CUDA_PREREAD_MB=0,...), RUNS cold starts each, for the
+	# variant table beside the default runs of the same call.
+	k=0
+	for v in ${ENGINE_VARIANTS:-}; do
+		k=$((k + 1))
+		echo "$v" >"$RES/variant-$k.txt"
+		IFS=, read -ra envs <<<"$v"
+		for i in $(seq 1 "$RUNS"); do (for a in "${envs[@]}"; do export "${a?}"; done; engine "$p" "engine-$p-var$k-$i"); done
+	done
 done
 
 # Where the engine's resident memory goes after load: serve the largest
