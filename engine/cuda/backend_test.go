@@ -209,7 +209,7 @@ func TestGemmPath(t *testing.T) {
 // TestGemmsSettled: a decode graph of a row count that GemmAuto moves to
 // cuBLASLt is captured only once all its shapes have run there, or once
 // the aside thread has stopped; other row counts and paths never wait.
-// asideShapes lists what is left to warm within the scratch.
+// asideGemms lists what is left to warm within the scratch.
 func TestGemmsSettled(t *testing.T) {
 	b := &Backend{opts: BackendOptions{Gemm: GemmAuto}, cfg: model.Config{HiddenSize: 2560, IntermediateSize: 9728, VocabSize: 151936},
 		qDim: 4096, qkvDim: 6144, capT: 256, capRows: 64}
@@ -220,13 +220,13 @@ func TestGemmsSettled(t *testing.T) {
 	if b.gemmsSettled(64) {
 		t.Error("64 rows settled before cuBLASLt ran their shapes")
 	}
-	for _, s := range b.stepShapes(64, true)[:4] {
-		b.warm.ran(s)
+	for _, s := range b.stepGemms(64, true)[:4] {
+		b.warm.ran(s.shape)
 	}
 	if b.gemmsSettled(64) {
 		t.Error("64 rows settled before cuBLASLt ran the LM head's shape")
 	}
-	b.warm.ran(b.stepShapes(64, true)[4])
+	b.warm.ran(b.stepGemms(64, true)[4].shape)
 	if !b.gemmsSettled(64) {
 		t.Error("64 rows not settled once every shape ran")
 	}
@@ -246,18 +246,18 @@ func TestGemmsSettled(t *testing.T) {
 	// 64 rows ran above; 32, 16 (with their LM heads), 128 and 256 (layer
 	// GEMMs only: beyond the LM-head scratch) are left.
 	b.opts.Gemm = GemmAuto
-	got := b.asideShapes()
+	got := b.asideGemms()
 	if len(got) != 5+5+4+4 {
 		t.Fatalf("%d shapes left to warm, want 18: %v", len(got), got)
 	}
-	for _, s := range got {
-		if s.M == 64 || (s.M > 64 && s.N == 151936) {
+	for _, g := range got {
+		if s := g.shape; s.M == 64 || (s.M > 64 && s.N == 151936) {
 			t.Errorf("asked to warm %v", s)
 		}
 	}
 	b.capT = 100
-	for _, s := range b.asideShapes() {
-		if s.M > 100 {
+	for _, g := range b.asideGemms() {
+		if s := g.shape; s.M > 100 {
 			t.Errorf("asked to warm %v beyond the scratch's 100 rows", s)
 		}
 	}

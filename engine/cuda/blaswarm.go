@@ -71,15 +71,35 @@ var asideRows = [...]int{64, 32, 16, 128, 256}
 // scratch holds that many rows of the vocabulary's logits.
 const asideLMHeadRows = 64
 
-// stepShapes are the GEMM shapes of a step of M rows: the four layer GEMMs
-// and, when lmHead, the LM head's.
-func (b *Backend) stepShapes(M int, lmHead bool) []GemmShape {
+// stepGemm is one GEMM of a step: its shape and, for the warm-ups, its
+// operands on the step scratch with layer 0's weights (0 before the
+// weights are placed).
+type stepGemm struct {
+	shape   GemmShape
+	y, x, w DevicePtr
+	acc     bool
+}
+
+// stepGemms are the GEMMs of a step of M rows: the four layer GEMMs and,
+// when lmHead, the LM head's. The one list of a step's GEMM shapes.
+func (b *Backend) stepGemms(M int, lmHead bool) []stepGemm {
 	c := b.cfg
 	H, I := c.HiddenSize, c.IntermediateSize
-	g := func(N, K int, out DType) GemmShape { return GemmShape{M: M, N: N, K: K, In: BF16, Out: out} }
-	s := []GemmShape{g(b.qkvDim, H, BF16), g(H, b.qDim, F32), g(2*I, H, BF16), g(H, I, F32)}
+	var l devLayer
+	if len(b.layers) > 0 {
+		l = b.layers[0]
+	}
+	g := func(N, K int, out DType, y, x, w DevicePtr, acc bool) stepGemm {
+		return stepGemm{GemmShape{M: M, N: N, K: K, In: BF16, Out: out}, y, x, w, acc}
+	}
+	s := []stepGemm{
+		g(b.qkvDim, H, BF16, b.qkv, b.h, l.qkv, false),
+		g(H, b.qDim, F32, b.x, b.att, l.o, true), // o_proj accumulates into the residual
+		g(2*I, H, BF16, b.gu, b.h, l.gu, false),
+		g(H, I, F32, b.x, b.act, l.down, true),
+	}
 	if lmHead {
-		s = append(s, g(c.VocabSize, H, F32))
+		s = append(s, g(c.VocabSize, H, F32, b.logitsD, b.lmX, b.lmHead, false))
 	}
 	return s
 }
@@ -92,43 +112,44 @@ func (b *Backend) gemmsSettled(M int) bool {
 	if b.opts.Gemm != GemmAuto || M <= SkinnyAutoRows || M > SkinnyMaxRows || !b.warm.isWarming() {
 		return true
 	}
-	for _, s := range b.stepShapes(M, true) {
-		if SkinnyFits(s.M, s.N, s.K, 0, 0) && !b.warm.has(s) {
+	for _, g := range b.stepGemms(M, true) {
+		if s := g.shape; SkinnyFits(s.M, s.N, s.K, 0, 0) && !b.warm.has(s) {
 			return false
 		}
 	}
 	return true
 }
 
-// asideShapes lists what the aside thread runs: each of asideRows' step
-// shapes that the scratch holds (M ≤ capT; the LM head up to
+// asideGemms lists what the aside thread runs: each of asideRows' step
+// GEMMs that the scratch holds (M ≤ capT; the LM head up to
 // asideLMHeadRows and capRows rows), not yet run, that cuBLASLt will run.
-func (b *Backend) asideShapes() []GemmShape {
-	var out []GemmShape
+func (b *Backend) asideGemms() []stepGemm {
+	var out []stepGemm
 	for _, M := range asideRows {
 		if M > b.capT {
 			continue
 		}
-		for _, s := range b.stepShapes(M, M <= min(asideLMHeadRows, b.capRows)) {
+		for _, g := range b.stepGemms(M, M <= min(asideLMHeadRows, b.capRows)) {
 			// Under GemmSkinny cuBLASLt runs only what gemm_skinny does not fit.
-			if !b.warm.has(s) && (b.opts.Gemm != GemmSkinny || !SkinnyFits(s.M, s.N, s.K, 0, 0)) {
-				out = append(out, s)
+			if s := g.shape; !b.warm.has(s) && (b.opts.Gemm != GemmSkinny || !SkinnyFits(s.M, s.N, s.K, 0, 0)) {
+				out = append(out, g)
 			}
 		}
 	}
 	return out
 }
 
-// asideWarm runs shapes once each on cuBLASLt on a thread of its own (see
-// the comment at the top of this file), marking each as it completes,
-// until done or ctx ends. weights gives a shape's weight matrix (layer
-// 0's, or the LM head). It returns how many shapes ran.
-func (b *Backend) asideWarm(ctx context.Context, shapes []GemmShape, weights func(GemmShape) DevicePtr) (int, error) {
-	if len(shapes) == 0 {
+// asideWarm runs each GEMM's shape once on cuBLASLt, over its weights and
+// a scratch of the thread's own, on a thread of its own (see the comment
+// at the top of this file), marking each as it completes, until done or
+// ctx ends. It returns how many ran.
+func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) {
+	if len(gemms) == 0 {
 		return 0, nil
 	}
 	maxX, maxY := 0, 0
-	for _, s := range shapes {
+	for _, g := range gemms {
+		s := g.shape
 		maxX = max(maxX, s.M*s.K*2)
 		maxY = max(maxY, s.M*s.N*s.Out.Size())
 	}
@@ -180,11 +201,12 @@ func (b *Backend) asideWarm(ctx context.Context, shapes []GemmShape, weights fun
 			if y, err = b.c.Alloc(maxY); err != nil {
 				return 0, err
 			}
-			for _, s := range shapes {
+			for _, g := range gemms {
 				if ctx.Err() != nil {
 					return n, nil
 				}
-				if err := bl.Gemm(st, s, y, x, weights(s), false); err != nil {
+				s := g.shape
+				if err := bl.Gemm(st, s, y, x, g.w, false); err != nil {
 					return n, fmt.Errorf("%dx%dx%d: %w", s.M, s.N, s.K, err)
 				}
 				if err := st.Synchronize(); err != nil {
@@ -202,30 +224,15 @@ func (b *Backend) asideWarm(ctx context.Context, shapes []GemmShape, weights fun
 }
 
 // warmBLASAside is the aside thread's part of WarmBackground: it warms
-// asideShapes and reports a warmup stage of kind "cublaslt_aside".
+// asideGemms and reports a warmup stage of kind "cublaslt_aside".
 func (b *Backend) warmBLASAside(ctx context.Context) {
 	defer b.warm.setWarming(false)
 	t0 := time.Now()
 	b.mu.Lock()
-	shapes := b.asideShapes()
-	l0, lm := b.layers[0], b.lmHead
+	gemms := b.asideGemms()
 	b.mu.Unlock()
-	c := b.cfg
-	weights := func(s GemmShape) DevicePtr {
-		switch {
-		case s.N == c.VocabSize && s.K == c.HiddenSize:
-			return lm
-		case s.N == b.qkvDim:
-			return l0.qkv
-		case s.N == 2*c.IntermediateSize:
-			return l0.gu
-		case s.K == b.qDim:
-			return l0.o
-		}
-		return l0.down
-	}
-	n, err := b.asideWarm(ctx, shapes, weights)
-	attrs := trace.Attrs{"kind": "cublaslt_aside", "shapes": n, "of": len(shapes), "thread": "own (beside the steps)"}
+	n, err := b.asideWarm(ctx, gemms)
+	attrs := trace.Attrs{"kind": "cublaslt_aside", "shapes": n, "of": len(gemms), "thread": "own (beside the steps)"}
 	if err != nil {
 		attrs["error"] = err.Error()
 	}

@@ -55,7 +55,7 @@ func TestGPUGemmPathSwitch(t *testing.T) {
 		}
 		return rows[0]
 	}
-	shape32 := be.stepShapes(32, false)[0]
+	shape32 := be.stepGemms(32, false)[0].shape
 	if be.warm.has(shape32) {
 		t.Fatal("cuBLASLt ran a 32-row shape before any warm-up")
 	}

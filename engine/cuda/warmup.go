@@ -119,18 +119,8 @@ func (b *Backend) warmGemms(M int) error {
 	if M > b.capT || len(b.layers) == 0 {
 		return nil
 	}
-	c := b.cfg
-	H, I := c.HiddenSize, c.IntermediateSize
-	l := &b.layers[0]
-	g := func(N, K int, out DType) GemmShape { return GemmShape{M: M, N: N, K: K, In: BF16, Out: out} }
-	for _, err := range []error{
-		b.blasGemm(g(b.qkvDim, H, BF16), b.qkv, b.h, l.qkv, false),
-		b.blasGemm(g(H, b.qDim, F32), b.x, b.att, l.o, true),
-		b.blasGemm(g(2*I, H, BF16), b.gu, b.h, l.gu, false),
-		b.blasGemm(g(H, I, F32), b.x, b.act, l.down, true),
-		b.warmLMHead(M),
-	} {
-		if err != nil {
+	for _, g := range b.stepGemms(M, M <= b.capRows) {
+		if err := b.blasGemm(g.shape, g.y, g.x, g.w, g.acc); err != nil {
 			return fmt.Errorf("warm the GEMMs of %d rows: %w", M, err)
 		}
 	}
@@ -140,20 +130,15 @@ func (b *Backend) warmGemms(M int) error {
 // skinnyServes says whether every GEMM of an M-row step runs on
 // gemm_skinny before cuBLASLt has run any (the cold path).
 func (b *Backend) skinnyServes(M int) bool {
-	c := b.cfg
-	H, I := c.HiddenSize, c.IntermediateSize
-	fits := func(N, K int) bool { return SkinnyFits(M, N, K, 0, 0) }
-	return b.opts.Gemm != GemmCublasLt && fits(b.qkvDim, H) && fits(H, b.qDim) && fits(2*I, H) && fits(H, I) && fits(c.VocabSize, H)
-}
-
-// warmLMHead runs the LM head's GEMM of M rows on cuBLASLt, when the
-// logits scratch holds M rows.
-func (b *Backend) warmLMHead(M int) error {
-	if M > b.capRows {
-		return nil
+	if b.opts.Gemm == GemmCublasLt {
+		return false
 	}
-	c := b.cfg
-	return b.blasGemm(GemmShape{M: M, N: c.VocabSize, K: c.HiddenSize, In: BF16, Out: F32}, b.logitsD, b.lmX, b.lmHead, false)
+	for _, g := range b.stepGemms(M, true) {
+		if s := g.shape; !SkinnyFits(s.M, s.N, s.K, 0, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // warmItem is one piece of background warm-up.
