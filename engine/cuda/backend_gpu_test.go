@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/engine/cpu"
-	"github.com/treni-top/treni-top/engine/model"
-	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -44,15 +42,7 @@ func TestGPUBackendMatchesCPU(t *testing.T) {
 }
 
 func backendVsCPU(t *testing.T, arch, preset string) {
-	dir := t.TempDir()
-	if _, err := synth.Write(context.Background(), synth.Options{Arch: arch, Preset: preset, OutDir: dir, Seed: 11, DType: "bf16",
-		TokenizerDir: "../model/synth/testdata/tok"}); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := synthCheckpoint(t, arch, preset, 11, "bf16")
 	defer ck.Close()
 	const NB, BS = 64, 16
 	ref, err := cpu.New(ck, cpu.Options{NumBlocks: NB, BlockSize: BS})

@@ -87,15 +87,7 @@ func TestNewBackendWithoutGPU(t *testing.T) {
 	if _, err := NewBackend(nil, BackendOptions{}); err == nil {
 		t.Fatal("nil checkpoint accepted")
 	}
-	dir := t.TempDir()
-	if _, err := synth.Write(context.Background(), synth.Options{Arch: "qwen3", Preset: "tiny", OutDir: dir, Seed: 1,
-		TokenizerDir: "../model/synth/testdata/tok"}); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := synthCheckpoint(t, "qwen3", "tiny", 1, "")
 	defer ck.Close()
 	if _, err := NewBackend(ck, BackendOptions{NumBlocks: 0, BlockSize: 16}); err == nil {
 		t.Fatal("zero KV blocks accepted")
@@ -103,7 +95,7 @@ func TestNewBackendWithoutGPU(t *testing.T) {
 	if _, err := LoadDriver(); err == nil {
 		t.Skip("a CUDA driver is installed here; this test covers machines without one")
 	}
-	_, err = NewBackend(ck, BackendOptions{NumBlocks: 8, BlockSize: 16})
+	_, err := NewBackend(ck, BackendOptions{NumBlocks: 8, BlockSize: 16})
 	if !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("without a driver: %v", err)
 	}
@@ -261,4 +253,21 @@ func TestGemmsSettled(t *testing.T) {
 			t.Errorf("asked to warm %v beyond the scratch's 100 rows", s)
 		}
 	}
+}
+
+// synthCheckpoint writes a synthetic checkpoint of arch at preset (dtype ""
+// is synth's default) with the test tokenizer into a temporary directory
+// and opens it; the caller closes it.
+func synthCheckpoint(t *testing.T, arch, preset string, seed uint64, dtype string) *model.Checkpoint {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := synth.Write(context.Background(), synth.Options{Arch: arch, Preset: preset, OutDir: dir, Seed: seed, DType: dtype,
+		TokenizerDir: "../model/synth/testdata/tok"}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := model.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
 }

@@ -6,8 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/treni-top/treni-top/engine/model"
-	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -22,15 +20,7 @@ func TestGPUGemmPathSwitch(t *testing.T) {
 	if _, err := LoadDriver(); err != nil {
 		t.Skipf("no CUDA driver, GPU test skipped: %v", err)
 	}
-	dir := t.TempDir()
-	if _, err := synth.Write(context.Background(), synth.Options{Arch: "qwen3", Preset: "tiny", OutDir: dir, Seed: 5, DType: "bf16",
-		TokenizerDir: "../model/synth/testdata/tok"}); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := synthCheckpoint(t, "qwen3", "tiny", 5, "bf16")
 	defer ck.Close()
 	var stages []StageRecord
 	be, err := NewBackend(ck, BackendOptions{NumBlocks: 64, BlockSize: 16, Gemm: GemmAuto, Stage: func(r StageRecord) { stages = append(stages, r) }})

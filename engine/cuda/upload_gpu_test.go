@@ -8,8 +8,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/treni-top/treni-top/engine/model"
-	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -44,15 +42,7 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		}
 	}
 	for _, preset := range presets {
-		dir := t.TempDir()
-		if _, err := synth.Write(context.Background(), synth.Options{Arch: "qwen3", Preset: preset, OutDir: dir, Seed: 5, DType: "bf16",
-			TokenizerDir: "../model/synth/testdata/tok"}); err != nil {
-			t.Fatal(err)
-		}
-		ck, err := model.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ck := synthCheckpoint(t, "qwen3", preset, 5, "bf16")
 		staged, err := NewBackend(ck, BackendOptions{NumBlocks: 64, BlockSize: 16, Upload: UploadStaged})
 		if err != nil {
 			t.Fatal(err)
