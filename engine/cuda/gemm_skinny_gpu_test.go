@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -16,50 +15,17 @@ import (
 func TestGPUGemmSkinny(t *testing.T) {
 	g := newGPU(t)
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, c := range []struct {
-		M, N, K int
-		out     DType
-		acc     bool
-	}{
+	for _, c := range []gemmCase{
 		{1, 6144, 2560, BF16, false}, {1, 2560, 4096, F32, true}, {3, 96, 64, F32, false},
 		{8, 1024, 3072, F32, true}, {9, 4096, 1024, BF16, false}, {16, 272, 1056, F32, false},
 		{31, 512, 2048, F32, true}, {52, 2560, 640, BF16, false}, {64, 160, 9728, F32, true},
 	} {
-		x, w := randBF16(r, c.M*c.K, 1), randBF16(r, c.N*c.K, 0.05)
 		// One row more than M, which must keep its poison (NaN).
-		y := g.alloc((c.M + 1) * c.N * c.out.Size())
-		var y0 []float32
-		if c.acc {
-			y0 = randF32(r, c.M*c.N, 0, 1)
-			upInto(g, y, y0)
-		}
-		g.ok(g.k.GemmSkinny(g.s, y, up(g, x), up(g, w), c.M, c.N, c.K, c.out, c.acc))
-		ref := make([]float64, c.M*c.N)
-		for i := 0; i < c.M; i++ {
-			for j := 0; j < c.N; j++ {
-				s := 0.0
-				for k := 0; k < c.K; k++ {
-					s += float64(bf2f(x[i*c.K+k])) * float64(bf2f(w[j*c.K+k]))
-				}
-				if c.acc {
-					s += float64(y0[i*c.N+j])
-				}
-				ref[i*c.N+j] = s
-			}
-		}
-		var got []float32
-		tol := tolF32
-		if c.out == F32 {
-			got = down[float32](g, y, (c.M+1)*c.N)
-		} else {
-			got, tol = bfSlice(down[uint16](g, y, (c.M+1)*c.N)), tolBF16
-		}
-		name := fmt.Sprintf("gemm_skinny %dx%dx%d %v", c.M, c.N, c.K, c.out)
-		if c.acc {
-			name += " +=Y"
-		}
-		g.check(name, got[:c.M*c.N], ref, tol)
-		for i, v := range got[c.M*c.N:] {
+		name := "gemm_skinny " + c.String()
+		past := g.checkGemm(r, name, c, 1, func(y, x, w DevicePtr) error {
+			return g.k.GemmSkinny(g.s, y, x, w, c.M, c.N, c.K, c.out, c.acc)
+		})
+		for i, v := range past {
 			if v == v { // not NaN: written
 				t.Errorf("%s wrote row %d (column %d) past M", name, c.M, i)
 				break

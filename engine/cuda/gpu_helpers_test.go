@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -177,4 +178,59 @@ func bfSlice(v []uint16) []float32 {
 		f[i] = bf2f(u)
 	}
 	return f
+}
+
+// gemmCase is one GEMM of the GEMM tests: Y = X·Wᵀ, or Y += X·Wᵀ with acc.
+type gemmCase struct {
+	M, N, K int
+	out     DType
+	acc     bool
+}
+
+func (c gemmCase) String() string {
+	s := fmt.Sprintf("%dx%dx%d %v", c.M, c.N, c.K, c.out)
+	if c.acc {
+		s += " +=Y"
+	}
+	return s
+}
+
+// checkGemm runs one GEMM through run on random bf16 operands (x rows of
+// scale 1, w of 0.05; Y first holding random values when accumulating)
+// and checks Y's M rows against a float64 reference. Y is allocated with
+// extra rows past M, poisoned (see alloc), which come back to the caller
+// as read.
+func (g *gpu) checkGemm(r *rand.Rand, name string, c gemmCase, extra int, run func(y, x, w DevicePtr) error) []float32 {
+	g.t.Helper()
+	x, w := randBF16(r, c.M*c.K, 1), randBF16(r, c.N*c.K, 0.05)
+	y := g.alloc((c.M + extra) * c.N * c.out.Size())
+	var y0 []float32
+	if c.acc {
+		y0 = randF32(r, c.M*c.N, 0, 1)
+		upInto(g, y, y0)
+	}
+	g.ok(run(y, up(g, x), up(g, w)))
+	ref := make([]float64, c.M*c.N)
+	for i := 0; i < c.M; i++ {
+		for j := 0; j < c.N; j++ {
+			s := 0.0
+			for k := 0; k < c.K; k++ {
+				s += float64(bf2f(x[i*c.K+k])) * float64(bf2f(w[j*c.K+k]))
+			}
+			if c.acc {
+				s += float64(y0[i*c.N+j])
+			}
+			ref[i*c.N+j] = s
+		}
+	}
+	n := (c.M + extra) * c.N
+	var got []float32
+	tol := tolF32
+	if c.out == F32 {
+		got = down[float32](g, y, n)
+	} else {
+		got, tol = bfSlice(down[uint16](g, y, n)), tolBF16
+	}
+	g.check(name, got[:c.M*c.N], ref, tol)
+	return got[c.M*c.N:]
 }

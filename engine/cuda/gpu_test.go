@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -472,48 +471,13 @@ func TestGPUGemm(t *testing.T) {
 	defer b.Close()
 	t.Logf("cuBLASLt %s version %d", b.Path, b.Version)
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, c := range []struct {
-		M, N, K int
-		out     DType
-		acc     bool
-	}{
+	for _, c := range []gemmCase{
 		{7, 96, 64, F32, false}, {7, 96, 64, BF16, false}, {33, 1000, 520, F32, true},
 		{1, 2048, 1024, BF16, false}, {128, 3072, 1024, F32, false},
 	} {
-		x, w := randBF16(r, c.M*c.K, 1), randBF16(r, c.N*c.K, 0.05)
-		y := g.alloc(c.M * c.N * c.out.Size())
-		var y0 []float32
-		if c.acc {
-			y0 = randF32(r, c.M*c.N, 0, 1)
-			upInto(g, y, y0)
-		}
-		sh := GemmShape{M: c.M, N: c.N, K: c.K, In: BF16, Out: c.out}
-		g.ok(b.Gemm(g.s, sh, y, up(g, x), up(g, w), c.acc))
-		ref := make([]float64, c.M*c.N)
-		for i := 0; i < c.M; i++ {
-			for j := 0; j < c.N; j++ {
-				s := 0.0
-				for k := 0; k < c.K; k++ {
-					s += float64(bf2f(x[i*c.K+k])) * float64(bf2f(w[j*c.K+k]))
-				}
-				if c.acc {
-					s += float64(y0[i*c.N+j])
-				}
-				ref[i*c.N+j] = s
-			}
-		}
-		var got []float32
-		tol := tolF32
-		if c.out == F32 {
-			got = down[float32](g, y, c.M*c.N)
-		} else {
-			got, tol = bfSlice(down[uint16](g, y, c.M*c.N)), tolBF16
-		}
-		name := "gemm " + strconv.Itoa(c.M) + "x" + strconv.Itoa(c.N) + "x" + strconv.Itoa(c.K) + " " + c.out.String()
-		if c.acc {
-			name += " +=Y"
-		}
-		g.check(name, got, ref, tol)
+		g.checkGemm(r, "gemm "+c.String(), c, 0, func(y, x, w DevicePtr) error {
+			return b.Gemm(g.s, GemmShape{M: c.M, N: c.N, K: c.K, In: BF16, Out: c.out}, y, x, w, c.acc)
+		})
 	}
 	if b.Plans() != 5 {
 		t.Errorf("%d plans cached for 5 shapes", b.Plans())
