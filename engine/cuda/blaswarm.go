@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -153,74 +152,61 @@ func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) 
 		maxX = max(maxX, s.M*s.K*2)
 		maxY = max(maxY, s.M*s.N*s.Out.Size())
 	}
-	type result struct {
-		n   int
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		// The thread ends with the goroutine, the context current on it.
-		runtime.LockOSThread()
-		n, err := func() (n int, err error) {
-			if err := b.c.SetCurrent(); err != nil {
-				return 0, err
-			}
-			lib, err := openBLASPath(b.blas.Path)
-			if err != nil {
-				return 0, err
-			}
-			bl, err := b.c.newBLASFrom(lib)
-			if err != nil {
-				return 0, err
-			}
-			var x, y DevicePtr
-			var st *Stream
-			// Freeing may synchronise the device, which must not happen
-			// beside a graph capture on the runner thread: release
-			// everything there, between steps (the runner is free then).
-			defer func() {
-				err = errors.Join(err, b.r.Do(context.Background(), func() error {
-					var errs []error
-					if st != nil {
-						errs = append(errs, st.Synchronize(), st.Destroy())
+	var n int
+	err := <-contextThread(b.c, "cuBLASLt warm-up thread", func() (err error) {
+		lib, err := openBLASPath(b.blas.Path)
+		if err != nil {
+			return err
+		}
+		bl, err := b.c.newBLASFrom(lib)
+		if err != nil {
+			return err
+		}
+		var x, y DevicePtr
+		var st *Stream
+		// Freeing may synchronise the device, which must not happen
+		// beside a graph capture on the runner thread: release everything
+		// there, between steps (the runner is free then).
+		defer func() {
+			err = errors.Join(err, b.r.Do(context.Background(), func() error {
+				var errs []error
+				if st != nil {
+					errs = append(errs, st.Synchronize(), st.Destroy())
+				}
+				for _, p := range []DevicePtr{x, y} {
+					if p != 0 {
+						errs = append(errs, b.c.Free(p))
 					}
-					for _, p := range []DevicePtr{x, y} {
-						if p != 0 {
-							errs = append(errs, b.c.Free(p))
-						}
-					}
-					return errors.Join(append(errs, bl.Close())...)
-				}))
-			}()
-			if st, err = b.c.NewStream(); err != nil {
-				return 0, err
-			}
-			if x, err = b.c.Alloc(maxX); err != nil {
-				return 0, err
-			}
-			if y, err = b.c.Alloc(maxY); err != nil {
-				return 0, err
-			}
-			for _, g := range gemms {
-				if ctx.Err() != nil {
-					return n, nil
 				}
-				s := g.shape
-				if err := bl.Gemm(st, s, y, x, g.w, false); err != nil {
-					return n, fmt.Errorf("%dx%dx%d: %w", s.M, s.N, s.K, err)
-				}
-				if err := st.Synchronize(); err != nil {
-					return n, err
-				}
-				b.warm.ran(s)
-				n++
-			}
-			return n, nil
+				return errors.Join(append(errs, bl.Close())...)
+			}))
 		}()
-		res <- result{n, err}
-	}()
-	r := <-res
-	return r.n, r.err
+		if st, err = b.c.NewStream(); err != nil {
+			return err
+		}
+		if x, err = b.c.Alloc(maxX); err != nil {
+			return err
+		}
+		if y, err = b.c.Alloc(maxY); err != nil {
+			return err
+		}
+		for _, g := range gemms {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s := g.shape
+			if err := bl.Gemm(st, s, y, x, g.w, false); err != nil {
+				return fmt.Errorf("%dx%dx%d: %w", s.M, s.N, s.K, err)
+			}
+			if err := st.Synchronize(); err != nil {
+				return err
+			}
+			b.warm.ran(s)
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // warmBLASAside is the aside thread's part of WarmBackground: it warms

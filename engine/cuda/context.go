@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -225,4 +226,27 @@ func ElapsedMS(start, end *Event) (float32, error) {
 	var ms C.float
 	err := start.c.d.check("cuEventElapsedTime", C.tt_cuEventElapsedTime(start.c.d.c, &ms, start.e, end.e))
 	return float32(ms), err
+}
+
+// contextThread runs f on an OS thread of its own with the context
+// current, beside the backend's runner thread: the staged upload enqueues
+// the weight copies there while the runner loads kernels and warms up,
+// and the aside warm-up runs cuBLASLt's first GEMMs there while the runner
+// serves steps. The driver API is thread-safe; what must hold is that the
+// context is current on the calling thread, which SetCurrent makes so.
+// what names the thread in a SetCurrent error. The returned channel
+// yields f's error once.
+func contextThread(c *Context, what string, f func() error) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, with the context current on it,
+		// ends with the goroutine instead of returning to Go's pool.
+		runtime.LockOSThread()
+		if err := c.SetCurrent(); err != nil {
+			res <- fmt.Errorf("%s: %w", what, err)
+			return
+		}
+		res <- f()
+	}()
+	return res
 }

@@ -214,7 +214,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	case b.opts.Upload == UploadStaged && rr.err == nil && ring != nil:
 		chunks := planChunks(jobs, ring.slotBytes)
 		st.chunks = len(chunks)
-		upDone = uploadThread(b.c, func() error {
+		upDone = contextThread(b.c, "upload thread", func() error {
 			// The ring's slots are page-locked one by one as they are
 			// first filled (cudaDMA.prepare), beside the readers.
 			dma, err := newCudaDMA(b.c, ring)

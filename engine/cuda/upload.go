@@ -429,23 +429,3 @@ func (d *cudaDMA) destroy() {
 		}
 	}
 }
-
-// uploadThread runs f on a second OS thread with the context current, so
-// that the weight copies are enqueued while the backend's own thread loads
-// kernels and warms cuBLASLt. The driver API is thread-safe; what must hold
-// is that the context is current on the calling thread, which SetCurrent
-// makes so. The returned channel yields f's error once.
-func uploadThread(c *Context, f func() error) <-chan error {
-	res := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, with the context current on it,
-		// ends with the goroutine instead of returning to Go's pool.
-		runtime.LockOSThread()
-		if err := c.SetCurrent(); err != nil {
-			res <- fmt.Errorf("upload thread: %w", err)
-			return
-		}
-		res <- f()
-	}()
-	return res
-}
