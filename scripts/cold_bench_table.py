@@ -144,10 +144,7 @@ def variants(res, p, eng):
     print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
     for name, runs in rows:
         def fr(e):
-            for s in e["stages"]:
-                if s["name"] == "first_request":
-                    return s["duration_ms"]
-            return None
+            return (stage(e, "first_request") or {}).get("duration_ms")
         print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, len(runs), mmm([e["first_token_ms"] for e in runs]), mmm([e["healthy_ms"] for e in runs]),
             mmm([e["upload_gbps"] for e in runs], "{:.1f}"), mmm([stage_end(e, "decoder_tensor_upload") for e in runs]),
