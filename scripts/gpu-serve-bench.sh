@@ -109,7 +109,9 @@ stop_server
 #               unset), when the main server ran a freshly built one (a
 #               binary that needs kernels the committed fatbin lacks
 #               cannot start on it: the variant is skipped);
-#   budgetN     --max-batched-tokens N.
+#   budgetN     --max-batched-tokens N;
+#   env:K=V     the environment setting K=V (e.g. env:TRENI_CUDA_PDL=off),
+#               named K=V in the tables.
 # COMPARE_PAGED=1 is VARIANTS=paged.
 VARIANTS=${VARIANTS:-}
 [[ -n ${COMPARE_PAGED:-} ]] && VARIANTS="paged $VARIANTS"
@@ -120,6 +122,7 @@ for v in $VARIANTS; do
 	flash4) envs=(TRENI_CUDA_ATTENTION=flash4) ;;
 	committed) envs=(-u TRENI_CUDA_FATBIN) ;;
 	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
+	env:*=*) envs=("${v#env:}") v=${v#env:} ;;
 	*) say "unknown variant $v"; continue ;;
 	esac
 	say "serve $PRESET, variant $v: ${envs[*]} ${flags[*]}"

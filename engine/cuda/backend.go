@@ -55,6 +55,10 @@ type BackendOptions struct {
 	// Gemm picks who runs the GEMMs: GemmAuto (the default), GemmCublasLt
 	// or GemmSkinny; GemmEnv overrides it. See gemmOnSkinny.
 	Gemm string
+	// PDL is PDLOn (the default) or PDLOff: whether kernels launch with
+	// programmatic dependent launch where the device and driver allow it
+	// (Kernels.SetPDL); PDLEnv overrides it.
+	PDL string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
 	// and its graph's capture; see warmup.go); those costs then fall on
@@ -130,6 +134,7 @@ type Backend struct {
 	// Step scratch, grown to the largest step seen.
 	capT, capRows, capMeta  int
 	x, h, qkv, att, gu, act DevicePtr
+	rope                    DevicePtr // the step's RoPE cos/sin, f32 [capT][HeadDim/2][2] (RopeTable)
 	lmX, logitsD, meta      DevicePtr
 	metaHost, logitsHost    HostBuffer
 	hostMeta                []int32
@@ -257,6 +262,22 @@ const (
 // GemmEnv overrides BackendOptions.Gemm when set (auto, cublaslt or
 // skinny), so benchmarks can compare the paths on one binary.
 const GemmEnv = "TRENI_CUDA_GEMM"
+
+// Settings of BackendOptions.PDL.
+const (
+	PDLOn  = "on"
+	PDLOff = "off"
+)
+
+// PDLEnv overrides BackendOptions.PDL when set (on or off), so
+// benchmarks can compare launches with and without programmatic
+// dependent launch on one binary.
+const PDLEnv = "TRENI_CUDA_PDL"
+
+// pdlMode resolves BackendOptions.PDL and PDLEnv.
+func pdlMode(opt string) (string, error) {
+	return envChoice("programmatic dependent launch", PDLEnv, opt, PDLOn, PDLOff)
+}
 
 // SkinnyAutoRows is the most rows GemmAuto gives gemm_skinny once
 // cuBLASLt is warm: where it streams the weights at least as fast as

@@ -64,15 +64,19 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	if want := FlashSupported(gb.attnShape()); gb.useFlash() != want {
 		t.Fatalf("%s-%s: attention kernel %s, want attn_mma: %v", arch, preset, gb.attentionKernel(), want)
 	}
+	if gb.k.pdl != (gb.info.CCMajor >= 9 && gb.d.HasPDL()) {
+		t.Fatalf("%s-%s: programmatic dependent launch %v on compute %d.%d", arch, preset, gb.k.pdl, gb.info.CCMajor, gb.info.CCMinor)
+	}
 	// An eager twin on the other attention kernel: the same steps without
-	// decode graphs, through paged_attention.
-	ge, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true, Attention: AttentionPaged})
+	// decode graphs, through paged_attention, each kernel launched after
+	// the one before has ended (PDL off).
+	ge, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true, Attention: AttentionPaged, PDL: PDLOff})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ge.Close()
-	if ge.useFlash() {
-		t.Fatalf("%s-%s: Attention %q ignored", arch, preset, AttentionPaged)
+	if ge.useFlash() || ge.k.pdl {
+		t.Fatalf("%s-%s: Attention %q or PDL %q ignored", arch, preset, AttentionPaged, PDLOff)
 	}
 	// The background warm-up runs beside the steps below, which must
 	// stay exact: its dummy rows store no K or V.
@@ -186,8 +190,8 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	if worstGE > tolLogits {
 		t.Errorf("%s-%s: graph (%s) and eager (%s) logits differ by rel_l2 %.3g", arch, preset, gb.attentionKernel(), ge.attentionKernel(), worstGE)
 	}
-	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph+%s vs eager+%s rel_l2 %.3g, %d graph steps",
-		arch, preset, worst, tolLogits, agree, total, nearTies, gb.attentionKernel(), ge.attentionKernel(), worstGE, gb.GraphLaunches())
+	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph+%s (PDL %v) vs eager+%s (PDL off) rel_l2 %.3g, %d graph steps",
+		arch, preset, worst, tolLogits, agree, total, nearTies, gb.attentionKernel(), gb.k.pdl, ge.attentionKernel(), worstGE, gb.GraphLaunches())
 	checkCopyBlocks(t, gb, blocksA, posA)
 	<-gb.bgDone
 	bg := false

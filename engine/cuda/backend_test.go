@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/treni-top/treni-top/engine/model"
@@ -195,6 +196,24 @@ func TestGemmPath(t *testing.T) {
 	t.Setenv(GemmEnv, GemmCublasLt)
 	if m, err := gemmMode(GemmSkinny); err != nil || m != GemmCublasLt {
 		t.Errorf("%s=%s over the option: %q, %v", GemmEnv, GemmCublasLt, m, err)
+	}
+}
+
+// TestPDLMode: programmatic dependent launch is on unless the option or
+// TRENI_CUDA_PDL turns it off; the environment wins; other values are
+// refused with the variable named.
+func TestPDLMode(t *testing.T) {
+	for opt, want := range map[string]string{"": PDLOn, PDLOn: PDLOn, PDLOff: PDLOff} {
+		if m, err := pdlMode(opt); err != nil || m != want {
+			t.Errorf("option %q: %q, %v; want %q", opt, m, err, want)
+		}
+	}
+	if _, err := pdlMode("maybe"); err == nil || !strings.Contains(err.Error(), PDLEnv) {
+		t.Errorf(`PDL "maybe": %v, want an error naming %s`, err, PDLEnv)
+	}
+	t.Setenv(PDLEnv, PDLOff)
+	if m, err := pdlMode(PDLOn); err != nil || m != PDLOff {
+		t.Errorf("%s=%s over the option: %q, %v", PDLEnv, PDLOff, m, err)
 	}
 }
 

@@ -68,6 +68,10 @@ type Driver struct {
 	Path string
 }
 
+// HasPDL says whether the driver has cuLaunchKernelEx, through which
+// programmatic dependent launch goes (CUDA 12.0 on).
+func (d *Driver) HasPDL() bool { return d.c.cuLaunchKernelEx != nil }
+
 // LoadDriver dlopens the first candidate that loads and resolves every
 // symbol treni-top needs.
 func LoadDriver(candidates ...string) (*Driver, error) {

@@ -67,7 +67,7 @@ func (b *Backend) grow(T, rows, meta int) error {
 	}
 	if T > b.capT {
 		T = max(T, 2*b.capT, 16)
-		ptrs := []*DevicePtr{&b.x, &b.h, &b.qkv, &b.att, &b.gu, &b.act, &b.lmX}
+		ptrs := []*DevicePtr{&b.x, &b.h, &b.qkv, &b.att, &b.gu, &b.act, &b.lmX, &b.rope}
 		b.capT = 0
 		for _, p := range ptrs {
 			if *p != 0 {
@@ -85,7 +85,8 @@ func (b *Backend) grow(T, rows, meta int) error {
 				return err
 			}
 		}
-		sizes := []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2}
+		sizes := []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2,
+			T * c.HeadDim / 2 * 8}
 		for i, n := range sizes {
 			p, err := b.c.Alloc(n)
 			if err != nil {
@@ -457,6 +458,9 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	if err := k.Embed(s, b.x, b.embed, dTok, T, H); err != nil {
 		return err
 	}
+	if err := k.RopeTable(s, b.rope, b.invFreq, dPos, T, c.HeadDim/2); err != nil {
+		return err
+	}
 	for li := range b.layers {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("cuda: forward at layer %d: %w", li, err)
@@ -468,7 +472,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
 			func() error {
 				return k.QKNormRopeStore(s, shape, RopeStoreArgs{QKV: b.qkv, Bias: l.qkvBias, QNorm: l.qNorm, KNorm: l.kNorm,
-					InvFreq: b.invFreq, Pos: dPos, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
+					Rope: b.rope, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
 			},
 			func() error { return attention(l) },
 			// o_proj accumulates straight into the f32 residual (beta = 1).

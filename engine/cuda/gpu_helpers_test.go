@@ -49,6 +49,14 @@ func newGPU(t *testing.T) *gpu {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
+	// The kernel tests launch as the backend does: with programmatic
+	// dependent launch where the GPU has it, so each kernel's wait for
+	// the one before is exercised (results are read after a sync).
+	info, err := d.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.SetPDL(true, info)
 	s, err := c.NewStream()
 	if err != nil {
 		t.Fatal(err)

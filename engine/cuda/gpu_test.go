@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -86,6 +87,22 @@ func TestGPUElementwise(t *testing.T) {
 		}
 	}
 	g.check("swiglu", bfSlice(down[uint16](g, act, T*I)), sref, tolBF16)
+	// The 16-byte form (I a multiple of 8) must give the same bits as
+	// the one-column form over the same columns.
+	const I8 = 696
+	gu8 := make([]uint16, T*2*I8)
+	for t := 0; t < T; t++ {
+		copy(gu8[t*2*I8:], gu[t*2*I:t*2*I+I8])
+		copy(gu8[t*2*I8+I8:], gu[t*2*I+I:t*2*I+I+I8])
+	}
+	act8 := g.alloc(T * I8 * 2)
+	g.ok(g.k.SwiGLU(g.s, act8, up(g, gu8), T, I8))
+	one, vec := down[uint16](g, act, T*I), down[uint16](g, act8, T*I8)
+	for row := 0; row < T; row++ {
+		if !slices.Equal(one[row*I:row*I+I8], vec[row*I8:row*I8+I8]) {
+			t.Errorf("swiglu: 8-column form differs from the one-column form in row %d", row)
+		}
+	}
 
 	y := randBF16(r, T*I, 1)
 	b := randF32(r, I, 0, 0.5)
@@ -185,7 +202,9 @@ func ropeAttention(g *gpu, c ropeCase) {
 		invFreq[i] = 1 / math.Pow(c.theta, float64(2*i)/float64(hd))
 	}
 	var bias, qn, kn []float32
-	args := RopeStoreArgs{QKV: qkvd, InvFreq: up(g, invFreq), Pos: up(g, pos), Slots: up(g, slots), KCache: kd, VCache: vd, T: T, Eps: eps}
+	rope := g.alloc(T * hd / 2 * 8)
+	g.ok(g.k.RopeTable(g.s, rope, up(g, invFreq), up(g, pos), T, hd/2))
+	args := RopeStoreArgs{QKV: qkvd, Rope: rope, Slots: up(g, slots), KCache: kd, VCache: vd, T: T, Eps: eps}
 	if c.bias {
 		bias = randF32(r, width, 0, 0.3)
 		args.Bias = up(g, bias)

@@ -111,6 +111,21 @@ func (a *Args) U64(v uint64) *Args { *(*uint64)(a.slot()) = v; return a }
 
 // Launch enqueues the kernel on stream s (nil: default stream).
 func (f *Function) Launch(grid, block Dim3, sharedMem uint32, s *Stream, args *Args) error {
+	return f.launch(grid, block, sharedMem, s, args, false)
+}
+
+// LaunchPDL is Launch with programmatic dependent launch allowed: the
+// grid may be scheduled before the previous kernel in s has finished and
+// must wait for it itself (KERNEL_ENTRY in kernels/common.cuh does).
+// Needs Driver.HasPDL and a device of compute capability 9.0 or later.
+func (f *Function) LaunchPDL(grid, block Dim3, sharedMem uint32, s *Stream, args *Args) error {
+	if !f.c.d.HasPDL() {
+		return fmt.Errorf("%s: programmatic dependent launch needs cuLaunchKernelEx (a CUDA 12.0 or later driver)", f.Name)
+	}
+	return f.launch(grid, block, sharedMem, s, args, true)
+}
+
+func (f *Function) launch(grid, block Dim3, sharedMem uint32, s *Stream, args *Args, pdl bool) error {
 	var st C.tt_CUstream
 	if s != nil {
 		st = s.s
@@ -122,9 +137,11 @@ func (f *Function) Launch(grid, block Dim3, sharedMem uint32, s *Stream, args *A
 	if args != nil && args.n > 0 {
 		params = (*unsafe.Pointer)(args.ptrs)
 	}
-	return f.c.d.check("cuLaunchKernel("+f.Name+")", C.tt_cuLaunchKernel(f.c.d.c, f.f,
-		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
-		C.uint(sharedMem), st, params, nil))
+	gx, gy, gz, bx, by, bz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
+	if pdl {
+		return f.c.d.check("cuLaunchKernelEx("+f.Name+")", C.tt_launch_pdl(f.c.d.c, f.f, gx, gy, gz, bx, by, bz, C.uint(sharedMem), st, params))
+	}
+	return f.c.d.check("cuLaunchKernel("+f.Name+")", C.tt_cuLaunchKernel(f.c.d.c, f.f, gx, gy, gz, bx, by, bz, C.uint(sharedMem), st, params, nil))
 }
 
 // Graph is an instantiated CUDA graph captured from a stream.

@@ -43,8 +43,8 @@ type ringResult struct {
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
-// opts.Device, opts.Upload, opts.Attention, opts.Gemm and opts.Stage are
-// used here.
+// opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL and
+// opts.Stage are used here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
@@ -54,6 +54,9 @@ func Start(opts BackendOptions) (*Starter, error) {
 		return nil, err
 	}
 	if opts.Gemm, err = gemmMode(opts.Gemm); err != nil {
+		return nil, err
+	}
+	if opts.PDL, err = pdlMode(opts.PDL); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -97,7 +100,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		err = initErr
 	}
 	if err == nil {
-		opts.Device, opts.Upload, opts.Attention, opts.Gemm = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm
+		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
@@ -287,6 +290,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	if b.k, err = b.c.LoadKernels(); err != nil {
 		return err
 	}
+	pdl := b.k.SetPDL(b.opts.PDL == PDLOn, b.info)
 	moduleMS := msSince(t0)
 	t1 := time.Now()
 	br := <-s.blas
@@ -301,7 +305,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	}
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
-		"concurrent_with_upload": overlapped, "attention": b.attentionKernel()})
+		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl})
 	return nil
 }
 

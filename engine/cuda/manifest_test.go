@@ -120,3 +120,45 @@ func TestAttnShapeValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsWaitForTheirPredecessor: with programmatic dependent launch a
+// kernel may run while the one ahead of it in the stream finishes, so
+// every kernel must reach KERNEL_ENTRY (griddepcontrol.wait) before it
+// touches anything another kernel writes. This holds each __global__ of
+// kernels.cu to starting with KERNEL_ENTRY(), or to being a one-line
+// forward to a *_body template that contains it.
+func TestKernelsWaitForTheirPredecessor(t *testing.T) {
+	b, err := os.ReadFile("kernels/kernels.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	kernel := regexp.MustCompile(`__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
+	bodyCall := regexp.MustCompile(`^(\w+_body)<`)
+	n := 0
+	for _, m := range kernel.FindAllStringSubmatchIndex(src, -1) {
+		name := src[m[2]:m[3]]
+		open := strings.Index(src[m[1]:], ") {")
+		if open < 0 {
+			t.Fatalf("%s: no body found", name)
+		}
+		first := strings.TrimSpace(src[m[1]+open+3:])
+		n++
+		if strings.HasPrefix(first, "KERNEL_ENTRY();") {
+			continue
+		}
+		call := bodyCall.FindStringSubmatch(first)
+		if call == nil {
+			t.Errorf("kernel %s does not start with KERNEL_ENTRY() (kernels/common.cuh)", name)
+			continue
+		}
+		def := strings.Index(src, "void "+call[1]+"(")
+		end := strings.Index(src[max(def, 0):], "\n}\n")
+		if def < 0 || end < 0 || !strings.Contains(src[def:def+end], "KERNEL_ENTRY();") {
+			t.Errorf("kernel %s forwards to %s, which has no KERNEL_ENTRY() (kernels/common.cuh)", name, call[1])
+		}
+	}
+	if n < len(KernelNames()) {
+		t.Errorf("found %d kernels in kernels.cu, KernelNames lists %d", n, len(KernelNames()))
+	}
+}

@@ -11,7 +11,7 @@ import (
 func KernelNames() []string {
 	return []string{
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
-		"qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
+		"rope_table", "qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
 		"attn_mma_w1_hd128", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
 		"argmax_f32", "sample_f32",
@@ -21,7 +21,7 @@ func KernelNames() []string {
 // Launch shapes; they must match the kernels' assumptions (kernels.cu).
 const (
 	rowThreads    = 256  // norms, embedding, SwiGLU, bias add
-	ropeThreads   = 128  // qk_norm_rope_store: up to 2 rotary pairs per thread
+	ropeHeads     = 4    // ROPE_HEADS: qk_norm_rope_store's heads (warps) per block
 	attnThreads   = 128  // ATT_THREADS
 	attnMaxDim    = 256  // 64 × ATT_PAIRS
 	flashWarps    = 4    // FA_WARPS: attn_mma's warps, 16 query rows each
@@ -44,6 +44,21 @@ type Kernels struct {
 	m    *Module
 	fn   map[string]*Function
 	args *Args
+	// pdl launches every kernel with programmatic dependent launch
+	// (SetPDL).
+	pdl bool
+}
+
+// SetPDL turns programmatic dependent launch on or off for the kernels
+// launched from now on: each may then be scheduled while the kernel ahead
+// of it in the stream finishes, and waits for it on the device
+// (KERNEL_ENTRY), which hides most of the launch gap between the ~330
+// small kernels of a decode step. Only where the driver has
+// cuLaunchKernelEx and the device is compute capability 9.0 or later
+// (griddepcontrol is sm_90 PTX); it reports whether PDL is now on.
+func (k *Kernels) SetPDL(on bool, dev DeviceInfo) bool {
+	k.pdl = on && dev.CCMajor >= 9 && k.m.c.d.HasPDL()
+	return k.pdl
 }
 
 // LoadKernels loads KernelImage() (the embedded fatbin or FatbinEnv) and
@@ -86,6 +101,9 @@ func (k *Kernels) Close() error {
 }
 
 func (k *Kernels) launch(name string, grid, block Dim3, s *Stream) error {
+	if k.pdl {
+		return k.fn[name].LaunchPDL(grid, block, 0, s, k.args)
+	}
 	return k.fn[name].Launch(grid, block, 0, s, k.args)
 }
 
@@ -172,7 +190,12 @@ func (k *Kernels) SwiGLU(s *Stream, out, gu DevicePtr, T, I int) error {
 	}
 	k.args.Reset().Ptr(out).Ptr(gu).I32(int32(I))
 	// About 128 blocks in all: a row of a small step over many blocks.
-	cols := max(1, min((I+rowThreads-1)/rowThreads, 128/T))
+	// A thread takes 8 columns when I allows (swiglu in kernels.cu).
+	per := 1
+	if I%8 == 0 {
+		per = 8
+	}
+	cols := max(1, min((I+rowThreads*per-1)/(rowThreads*per), 128/T))
 	return k.launch("swiglu", Dim3{uint32(T), uint32(cols), 1}, Dim3{rowThreads, 1, 1}, s)
 }
 
@@ -191,14 +214,25 @@ func (a AttnShape) validate() error {
 	return nil
 }
 
+// RopeTable writes the step's RoPE angles, cs f32 [T][half][2] = (cos,
+// sin) of pos[t]·invFreq[i] (invFreq f64 [half], pos int32 [T]), that
+// QKNormRopeStore reads in every layer.
+func (k *Kernels) RopeTable(s *Stream, cs, invFreq, pos DevicePtr, T, half int) error {
+	if err := positive("rope_table", T, half); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(cs).Ptr(invFreq).Ptr(pos).I32(int32(half))
+	return k.launch("rope_table", Dim3{uint32(T), 1, 1}, Dim3{uint32(min(half, 128)+31) &^ 31, 1, 1}, s)
+}
+
 // RopeStoreArgs are the buffers of QKNormRopeStore.
 type RopeStoreArgs struct {
 	QKV DevicePtr // bf16 [T][(Heads+2·KVHeads)·HeadDim], q rotated in place
 	// Bias (f32 [(Heads+2·KVHeads)·HeadDim]), QNorm and KNorm (f32
 	// [HeadDim]) are 0 when the model has none.
 	Bias, QNorm, KNorm DevicePtr
-	InvFreq            DevicePtr // f64 [HeadDim/2]
-	Pos, Slots         DevicePtr // int32 [T]; a negative slot stores nothing
+	Rope               DevicePtr // f32 [T][HeadDim/2][2], from RopeTable
+	Slots              DevicePtr // int32 [T]; a negative slot stores nothing
 	KCache, VCache     DevicePtr // this layer's bf16 caches
 	T                  int
 	Eps                float32
@@ -213,10 +247,11 @@ func (k *Kernels) QKNormRopeStore(s *Stream, a AttnShape, p RopeStoreArgs) error
 	if err := positive("qk_norm_rope_store tokens", p.T); err != nil {
 		return err
 	}
-	k.args.Reset().Ptr(p.QKV).Ptr(p.Bias).Ptr(p.QNorm).Ptr(p.KNorm).Ptr(p.InvFreq).Ptr(p.Pos).Ptr(p.Slots).
+	k.args.Reset().Ptr(p.QKV).Ptr(p.Bias).Ptr(p.QNorm).Ptr(p.KNorm).Ptr(p.Rope).Ptr(p.Slots).
 		Ptr(p.KCache).Ptr(p.VCache).I32(int32(a.Heads)).I32(int32(a.KVHeads)).I32(int32(a.HeadDim)).
 		I32(int32(a.BlockSize)).F32(p.Eps)
-	return k.launch("qk_norm_rope_store", Dim3{uint32(p.T), uint32(a.Heads + 2*a.KVHeads), 1}, Dim3{ropeThreads, 1, 1}, s)
+	heads := a.Heads + 2*a.KVHeads
+	return k.launch("qk_norm_rope_store", Dim3{uint32(p.T), uint32((heads + ropeHeads - 1) / ropeHeads), 1}, Dim3{32 * ropeHeads, 1, 1}, s)
 }
 
 // AttentionArgs are the buffers of PagedAttention.

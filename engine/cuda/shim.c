@@ -64,6 +64,7 @@ tt_cuda *tt_cuda_open(const char *path, char *err, size_t errlen) {
 	RESOLVE(cuModuleUnload, "cuModuleUnload");
 	RESOLVE(cuModuleGetFunction, "cuModuleGetFunction");
 	RESOLVE(cuLaunchKernel, "cuLaunchKernel");
+	*(void **)(&c->cuLaunchKernelEx) = dlsym(c->lib, "cuLaunchKernelEx"); // optional
 	RESOLVE(cuStreamBeginCapture, "cuStreamBeginCapture_v2");
 	RESOLVE(cuStreamEndCapture, "cuStreamEndCapture");
 	*(void **)(&c->cuGraphInstantiate) = dlsym(c->lib, "cuGraphInstantiateWithFlags");
@@ -102,4 +103,15 @@ int tt_dlopen_probe(const char *path, char *out, size_t outlen, char *err, size_
 	int rc = tt_lib_path(lib, out, outlen);
 	dlclose(lib);
 	return rc;
+}
+
+tt_CUresult tt_launch_pdl(tt_cuda *c, tt_CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+	unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, tt_CUstream s, void **params) {
+	tt_CUlaunchAttribute attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = 6; // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+	int allowed = 1;
+	memcpy(attr.value, &allowed, sizeof allowed);
+	tt_CUlaunchConfig cfg = {gx, gy, gz, bx, by, bz, smem, s, &attr, 1};
+	return c->cuLaunchKernelEx(&cfg, f, params, NULL);
 }

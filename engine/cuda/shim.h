@@ -19,6 +19,23 @@ typedef void *tt_CUfunction;
 typedef void *tt_CUgraph;
 typedef void *tt_CUgraphExec;
 
+// cuLaunchKernelEx's launch description (CUlaunchConfig and
+// CUlaunchAttribute of cuda.h, CUDA 12.0 on): the attribute value is a
+// 64-byte union, of which PDL uses the first int.
+typedef struct tt_CUlaunchAttribute {
+	int id;
+	char pad[4];
+	char value[64];
+} tt_CUlaunchAttribute;
+typedef struct tt_CUlaunchConfig {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	tt_CUstream hStream;
+	tt_CUlaunchAttribute *attrs;
+	unsigned int numAttrs;
+} tt_CUlaunchConfig;
+
 typedef struct tt_cuda {
 	void *lib;
 	tt_CUresult (*cuInit)(unsigned int);
@@ -62,6 +79,9 @@ typedef struct tt_cuda {
 	tt_CUresult (*cuModuleGetFunction)(tt_CUfunction *, tt_CUmodule, const char *);
 	tt_CUresult (*cuLaunchKernel)(tt_CUfunction, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, tt_CUstream, void **, void **);
+	// Optional (NULL on drivers before CUDA 12.0): programmatic dependent
+	// launch goes through it (tt_launch_pdl).
+	tt_CUresult (*cuLaunchKernelEx)(const tt_CUlaunchConfig *, tt_CUfunction, void **, void **);
 	tt_CUresult (*cuStreamBeginCapture)(tt_CUstream, int);
 	tt_CUresult (*cuStreamEndCapture)(tt_CUstream, tt_CUgraph *);
 	tt_CUresult (*cuGraphInstantiate)(tt_CUgraphExec *, tt_CUgraph, unsigned long long);
@@ -74,6 +94,13 @@ typedef struct tt_cuda {
 // It returns NULL and writes a message into err when anything is missing.
 tt_cuda *tt_cuda_open(const char *path, char *err, size_t errlen);
 void tt_cuda_close(tt_cuda *c);
+// tt_launch_pdl launches f like cuLaunchKernel with programmatic stream
+// serialization allowed (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION):
+// the grid may start before the previous kernel in the stream has
+// finished, and waits for it with griddepcontrol.wait. Needs
+// c->cuLaunchKernelEx.
+tt_CUresult tt_launch_pdl(tt_cuda *c, tt_CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+	unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, tt_CUstream s, void **params);
 // tt_lib_path writes the path the loader resolved for a loaded library.
 int tt_lib_path(void *lib, char *out, size_t outlen);
 // tt_dlopen_probe tries to dlopen path and reports the resolved path (for

@@ -21,6 +21,40 @@ __device__ __forceinline__ bf16 f2bf(float f) {
 	return (bf16)(u >> 16);
 }
 
+// Programmatic dependent launch (sm_90 on). The Go side launches every
+// kernel with programmatic stream serialization allowed (PDL on, ops.go),
+// so a kernel may be resident before the one ahead of it in the stream
+// has finished. KERNEL_ENTRY is therefore the first statement of every
+// kernel: griddepcontrol.wait blocks until the grids it depends on have
+// completed and their writes are visible (it returns at once for a grid
+// launched without PDL), then launch_dependents lets the next kernel in
+// the stream be scheduled, to wait in its own KERNEL_ENTRY instead of
+// being launched after this one ends. Reads of memory no kernel writes
+// (the weights) may come before it: gemm_skinny starts its weight stream
+// there while the previous kernel finishes.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KERNEL_ENTRY()                                                                                             \
+	do {                                                                                                           \
+		asm volatile("griddepcontrol.wait;" ::: "memory");                                                        \
+		asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                                           \
+	} while (0)
+#else
+#define KERNEL_ENTRY() \
+	do {               \
+	} while (0)
+#endif
+
+// swiglu1 is SwiGLU of one column, silu(g)·u rounded to bf16; swiglu2 of
+// the two columns of a bf16x2 word (the swiglu kernel's two forms).
+__device__ __forceinline__ bf16 swiglu1(bf16 g, bf16 u) {
+	float a = bf2f(g);
+	return f2bf(a / (1.f + expf(-a)) * bf2f(u));
+}
+__device__ __forceinline__ unsigned int swiglu2(unsigned int g, unsigned int u) {
+	return (unsigned int)swiglu1((bf16)(g & 0xffffu), (bf16)(u & 0xffffu)) |
+		((unsigned int)swiglu1((bf16)(g >> 16), (bf16)(u >> 16)) << 16);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
 	return v;

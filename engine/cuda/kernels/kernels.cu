@@ -28,6 +28,7 @@ extern "C" {
 // embed_bf16: x[t][:] = table[tokens[t]][:] widened to fp32 (the residual
 // stream). grid (T), any block size.
 __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H) {
+	KERNEL_ENTRY();
 	int t = blockIdx.x;
 	const bf16 *row = table + (long long)tokens[t] * H;
 	float *dst = x + (long long)t * H;
@@ -37,6 +38,7 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 // rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
 // (the next GEMM's input). grid (T), block a multiple of 32.
 __global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
+	KERNEL_ENTRY();
 	__shared__ float red[32];
 	int t = blockIdx.x;
 	const float *xr = x + (long long)t * H;
@@ -52,6 +54,7 @@ __global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const
 // The add is fused with the norm that always follows it, so the residual
 // row is read once. grid (T), block a multiple of 32.
 __global__ void add_rmsnorm(float *x, const float *d, bf16 *out, const float *w, int H, float eps) {
+	KERNEL_ENTRY();
 	__shared__ float red[32];
 	int t = blockIdx.x;
 	float *xr = x + (long long)t * H;
@@ -70,6 +73,7 @@ __global__ void add_rmsnorm(float *x, const float *d, bf16 *out, const float *w,
 
 // add_f32: x[i] += d[i] for n elements. grid ceil(n/block).
 __global__ void add_f32(float *x, const float *d, int n) {
+	KERNEL_ENTRY();
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) x[i] += d[i];
 }
@@ -77,6 +81,7 @@ __global__ void add_f32(float *x, const float *d, int n) {
 // bias_add_bf16: y[r][c] += b[c] (Qwen2's q/k/v biases when they are not
 // folded into qk_norm_rope_store). grid (rows), any block size.
 __global__ void bias_add_bf16(bf16 *y, const float *b, int cols) {
+	KERNEL_ENTRY();
 	bf16 *row = y + (long long)blockIdx.x * cols;
 	for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] = f2bf(bf2f(row[c]) + b[c]);
 }
@@ -84,6 +89,7 @@ __global__ void bias_add_bf16(bf16 *y, const float *b, int cols) {
 // bias_add_f32: x[r][c] += b[c] on the f32 residual (Llama's o_proj bias
 // after the GEMM accumulated into the residual). grid (rows), any block.
 __global__ void bias_add_f32(float *x, const float *b, int cols) {
+	KERNEL_ENTRY();
 	float *row = x + (long long)blockIdx.x * cols;
 	for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += b[c];
 }
@@ -92,15 +98,38 @@ __global__ void bias_add_f32(float *x, const float *b, int cols) {
 // gate|up projection [T][2I]. grid (T, column blocks), any block size: a
 // decode step of a few tokens spreads each row over many blocks (one
 // block per row left a batch-1 step's 9,728 columns on one SM: 13% of
-// the step on the H100).
+// the step on the H100). When I is a multiple of 8 each thread takes 8
+// columns with 16-byte loads and stores (2-byte ones held a 256-token
+// prefill's SwiGLU to a fifth of HBM bandwidth); the Go launcher sizes the
+// grid for that.
 __global__ void swiglu(bf16 *out, const bf16 *gu, int I) {
+	KERNEL_ENTRY();
 	int t = blockIdx.x;
 	const bf16 *g = gu + (long long)t * 2 * I;
 	const bf16 *u = g + I;
 	bf16 *o = out + (long long)t * I;
-	for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += blockDim.x * gridDim.y) {
-		float a = bf2f(g[i]);
-		o[i] = f2bf(a / (1.f + expf(-a)) * bf2f(u[i]));
+	if ((I & 7) == 0) {
+		for (int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8; i < I; i += blockDim.x * gridDim.y * 8) {
+			uint4 gv = *(const uint4 *)(g + i), uv = *(const uint4 *)(u + i);
+			*(uint4 *)(o + i) = make_uint4(swiglu2(gv.x, uv.x), swiglu2(gv.y, uv.y), swiglu2(gv.z, uv.z), swiglu2(gv.w, uv.w));
+		}
+		return;
+	}
+	for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += blockDim.x * gridDim.y) o[i] = swiglu1(g[i], u[i]);
+}
+
+// rope_table: cs[t][i] = (cos, sin) of pos[t]·inv_freq[i] for i < half,
+// the angles of a step's tokens, computed once per step in fp64 (so that
+// long positions keep their precision) and read by every layer's
+// qk_norm_rope_store. (Each layer computing its own held a 256-token
+// prefill step to 36 × 655k fp64 sin/cos.) grid (T), any block size.
+__global__ void rope_table(float *cs, const double *inv_freq, const int *pos, int half) {
+	KERNEL_ENTRY();
+	int t = blockIdx.x;
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
+		double ang = (double)pos[t] * inv_freq[i];
+		cs[((long long)t * half + i) * 2] = (float)cos(ang);
+		cs[((long long)t * half + i) * 2 + 1] = (float)sin(ang);
 	}
 }
 
@@ -108,27 +137,34 @@ __global__ void swiglu(bf16 *out, const bf16 *gu, int I) {
 // projection qkv [T][(nh + 2 nkv) hd] (bf16, in place):
 //   + bias (Qwen2; null for none),
 //   per-head RMSNorm with qnorm/knorm (Qwen3; null for none) on q and k,
-//   neox RoPE (rotate_half) on q and k at pos[t] with the inv_freq table
-//   (fp64, llama3 scaling already folded in),
+//   neox RoPE (rotate_half) on q and k with the step's cos/sin table cs
+//   [T][hd/2][2] (rope_table),
 // then writes q back in place and stores k and v at slots[t] of this
-// layer's paged cache. The angle is computed in fp64 so that long
-// positions keep their precision. grid (T, nh + 2 nkv), block 128.
-__global__ void qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qnorm, const float *knorm,
-	const double *inv_freq, const int *pos, const int *slots, bf16 *kcache, bf16 *vcache,
-	int nh, int nkv, int hd, int block_size, float eps) {
-	__shared__ float red[32];
-	int t = blockIdx.x, h = blockIdx.y;
+// layer's paged cache.
+//
+// One warp per head, ROPE_HEADS heads per block: lane l owns the rotary
+// pairs (i, i+hd/2) for i = l, l+32, … (hd ≤ 64·ROPE_PAIRS), and the
+// head's norm is a warp reduction, with no barrier. (A block of 128
+// threads per head, half of them idle and meeting at two barriers, held a
+// 256-token prefill's call to 18 µs on the H100.)
+// grid (T, ceil((nh + 2 nkv) / ROPE_HEADS)), block 32·ROPE_HEADS.
+#define ROPE_HEADS 4
+#define ROPE_PAIRS 4
+__global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qnorm,
+	const float *knorm, const float *cs, const int *slots, bf16 *kcache, bf16 *vcache, int nh, int nkv, int hd,
+	int block_size, float eps) {
+	KERNEL_ENTRY();
+	int t = blockIdx.x, h = blockIdx.y * ROPE_HEADS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (h >= nh + 2 * nkv) return; // the last block's spare warps (no barrier below)
 	int stride = (nh + 2 * nkv) * hd;
 	bf16 *row = qkv + (long long)t * stride + h * hd;
 	const float *b = bias ? bias + h * hd : 0;
 	int half = hd / 2;
 	bool isq = h < nh, isk = !isq && h < nh + nkv;
-	// Each thread owns the pairs (i, i+half) for i = tid, tid+blockDim, ...
-	// At most two pairs per thread (hd <= 4 * blockDim).
-	float lo[2], hi[2];
+	float lo[ROPE_PAIRS], hi[ROPE_PAIRS];
 #pragma unroll
-	for (int k = 0; k < 2; k++) {
-		int i = threadIdx.x + k * blockDim.x;
+	for (int k = 0; k < ROPE_PAIRS; k++) {
+		int i = lane + 32 * k;
 		lo[k] = 0.f;
 		hi[k] = 0.f;
 		if (i < half) {
@@ -145,12 +181,12 @@ __global__ void qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qn
 	if (nw) {
 		float ss = 0.f;
 #pragma unroll
-		for (int k = 0; k < 2; k++) ss += lo[k] * lo[k] + hi[k] * hi[k];
-		ss = block_sum(ss, red);
+		for (int k = 0; k < ROPE_PAIRS; k++) ss += lo[k] * lo[k] + hi[k] * hi[k];
+		ss = warp_sum(ss);
 		float scale = rsqrtf(ss / (float)hd + eps);
 #pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int i = threadIdx.x + k * blockDim.x;
+		for (int k = 0; k < ROPE_PAIRS; k++) {
+			int i = lane + 32 * k;
 			if (i < half) {
 				lo[k] = lo[k] * scale * nw[i];
 				hi[k] = hi[k] * scale * nw[i + half];
@@ -166,14 +202,14 @@ __global__ void qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qn
 		dst = (isk ? kcache : vcache) + ((blk * nkv + g) * block_size + off) * hd;
 	}
 #pragma unroll
-	for (int k = 0; k < 2; k++) {
-		int i = threadIdx.x + k * blockDim.x;
+	for (int k = 0; k < ROPE_PAIRS; k++) {
+		int i = lane + 32 * k;
 		if (i >= half) continue;
 		float a = lo[k], c = hi[k];
 		if (isq || isk) {
-			double ang = (double)pos[t] * inv_freq[i];
-			float cs = (float)cos(ang), sn = (float)sin(ang);
-			float na = a * cs - c * sn, nc = c * cs + a * sn;
+			const float *r = cs + ((long long)t * half + i) * 2;
+			float co = r[0], sn = r[1];
+			float na = a * co - c * sn, nc = c * co + a * sn;
 			a = na;
 			c = nc;
 		}
@@ -201,6 +237,7 @@ __global__ void qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qn
 __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf16 *kcache, const bf16 *vcache,
 	const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
 	int nh, int nkv, int hd, int block_size, float scale) {
+	KERNEL_ENTRY();
 	__shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
 	__shared__ float wacc[ATT_WARPS][ATT_PAIRS * 64];
 	int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -340,6 +377,7 @@ template <int HD, int WARPS, int KEYS>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
 	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
 	const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
+	KERNEL_ENTRY();
 	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 keys at
 	// one column then fall in 8 different bank quads.
 	__shared__ __align__(16) bf16 sk[KEYS][HD + 8];
@@ -565,6 +603,7 @@ __global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma
 // split that saw no key (l = 0) has weight 0 and its acc is not read.
 // grid (T, nh), any block size.
 __global__ void attn_combine(bf16 *out, const float *part_acc, const float *part_ml, int nh, int hd, int Z) {
+	KERNEL_ENTRY();
 	long long row = (long long)blockIdx.x * nh + blockIdx.y;
 	const float *ml = part_ml + row * Z * 2;
 	float M = NEG_INF;
@@ -633,18 +672,33 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const b
 	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 	int n0 = blockIdx.x * 16;
 	const bf16 *w0 = w + (long long)(n0 + g) * K + 8 * c, *w1 = w0 + 8LL * K;
-	const bf16 *xc = x + 8 * c;
-	float acc[MT][4];
-	for (int t = 0; t < MT; t++)
-		for (int j = 0; j < 4; j++) acc[t][j] = 0.f;
 	int chunks = K >> 5, ch = wid;
-	for (; ch + (GS_UNROLL - 1) * GS_WARPS < chunks; ch += GS_UNROLL * GS_WARPS) {
-		uint4 wa[GS_UNROLL], wb[GS_UNROLL];
+	// The weights are no kernel's output, so the first group of W loads
+	// is issued before KERNEL_ENTRY: under PDL this block is resident
+	// while the kernel ahead of it finishes, and its weight stream starts
+	// then. (An L2 prefetch of the same lines, issued four times over by
+	// the lanes sharing them, slowed the GEMMs by up to a fifth.)
+	uint4 wa[GS_UNROLL], wb[GS_UNROLL];
+	bool loaded = ch + (GS_UNROLL - 1) * GS_WARPS < chunks;
+	if (loaded)
 		for (int u = 0; u < GS_UNROLL; u++) {
 			int k = (ch + u * GS_WARPS) * 32;
 			wa[u] = ld_stream16(w0 + k);
 			wb[u] = ld_stream16(w1 + k);
 		}
+	KERNEL_ENTRY();
+	const bf16 *xc = x + 8 * c;
+	float acc[MT][4];
+	for (int t = 0; t < MT; t++)
+		for (int j = 0; j < 4; j++) acc[t][j] = 0.f;
+	for (; ch + (GS_UNROLL - 1) * GS_WARPS < chunks; ch += GS_UNROLL * GS_WARPS) {
+		if (!loaded)
+			for (int u = 0; u < GS_UNROLL; u++) {
+				int k = (ch + u * GS_WARPS) * 32;
+				wa[u] = ld_stream16(w0 + k);
+				wb[u] = ld_stream16(w1 + k);
+			}
+		loaded = false;
 		for (int u = 0; u < GS_UNROLL; u++) gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, K, (ch + u * GS_WARPS) * 32, g);
 	}
 	for (; ch < chunks; ch += GS_WARPS)
@@ -732,6 +786,7 @@ extern "C" {
 // argmax_f32: out[r] = argmax(logits[r][:V]) (lowest index on ties).
 // grid (rows), block a multiple of 32.
 __global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
+	KERNEL_ENTRY();
 	__shared__ float rv[32];
 	__shared__ int ri[32];
 	int r = blockIdx.x;
@@ -755,6 +810,7 @@ __global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
 // SAMPLE_THREADS.
 __global__ void sample_f32(int *out, const float *logits, int V, int stride, const float *temperature,
 	const int *top_k, const float *top_p, const unsigned long long *seed, unsigned long long *counter) {
+	KERNEL_ENTRY();
 	__shared__ float red[32];
 	__shared__ int ri[32];
 	__shared__ float sums[SAMPLE_THREADS];
