@@ -55,6 +55,13 @@ type BackendOptions struct {
 	// Gemm picks who runs the GEMMs: GemmAuto (the default), GemmCublasLt
 	// or GemmSkinny; GemmEnv overrides it. See gemmOnSkinny.
 	Gemm string
+	// Fuse is FuseOff (the default) or FuseOn: whether the GEMMs of decode
+	// steps of a few rows take their operand through the RMSNorm or
+	// SwiGLU in front of them (fusedOperand); FuseEnv overrides it. Off
+	// by default: on the H100 it made the 4B-shaped batch-1 step slower
+	// (4.02 against 3.84 ms) and the 0.6B-shaped one faster (1.14 against
+	// 1.20 ms), same call; docs/BENCHMARKS.md.
+	Fuse string
 	// PDL is PDLOn (the default) or PDLOff: whether kernels launch with
 	// programmatic dependent launch where the device and driver allow it
 	// (Kernels.SetPDL); PDLEnv overrides it.
@@ -262,6 +269,21 @@ const (
 // GemmEnv overrides BackendOptions.Gemm when set (auto, cublaslt or
 // skinny), so benchmarks can compare the paths on one binary.
 const GemmEnv = "TRENI_CUDA_GEMM"
+
+// Settings of BackendOptions.Fuse.
+const (
+	FuseOn  = "on"
+	FuseOff = "off"
+)
+
+// FuseEnv overrides BackendOptions.Fuse when set (on or off), so
+// benchmarks can compare fused and unfused steps on one binary.
+const FuseEnv = "TRENI_CUDA_FUSE"
+
+// fuseMode resolves BackendOptions.Fuse and FuseEnv.
+func fuseMode(opt string) (string, error) {
+	return envChoice("kernel fusion", FuseEnv, opt, FuseOff, FuseOn)
+}
 
 // Settings of BackendOptions.PDL.
 const (

@@ -69,14 +69,16 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	}
 	// An eager twin on the other attention kernel: the same steps without
 	// decode graphs, through paged_attention, each kernel launched after
-	// the one before has ended (PDL off).
-	ge, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true, Attention: AttentionPaged, PDL: PDLOff})
+	// the one before has ended (PDL off), and the norms and SwiGLU of its
+	// steps of up to 8 rows folded into their GEMMs (Fuse on, not the
+	// default).
+	ge, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true, Attention: AttentionPaged, PDL: PDLOff, Fuse: FuseOn})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ge.Close()
-	if ge.useFlash() || ge.k.pdl {
-		t.Fatalf("%s-%s: Attention %q or PDL %q ignored", arch, preset, AttentionPaged, PDLOff)
+	if ge.useFlash() || ge.k.pdl || ge.opts.Fuse != FuseOn || gb.opts.Fuse != FuseOff {
+		t.Fatalf("%s-%s: Attention %q, PDL %q or Fuse %q ignored, or fusion on by default", arch, preset, AttentionPaged, PDLOff, FuseOn)
 	}
 	// The background warm-up runs beside the steps below, which must
 	// stay exact: its dummy rows store no K or V.
@@ -190,7 +192,7 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	if worstGE > tolLogits {
 		t.Errorf("%s-%s: graph (%s) and eager (%s) logits differ by rel_l2 %.3g", arch, preset, gb.attentionKernel(), ge.attentionKernel(), worstGE)
 	}
-	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph+%s (PDL %v) vs eager+%s (PDL off) rel_l2 %.3g, %d graph steps",
+	t.Logf("LOGITS %s-%s vs engine/cpu: worst rel_l2 %.3g (tol %.0e), greedy agreement %d/%d, near-ties %d; graph+%s (PDL %v, unfused) vs eager+%s (PDL off, fused) rel_l2 %.3g, %d graph steps",
 		arch, preset, worst, tolLogits, agree, total, nearTies, gb.attentionKernel(), gb.k.pdl, ge.attentionKernel(), worstGE, gb.GraphLaunches())
 	checkCopyBlocks(t, gb, blocksA, posA)
 	<-gb.bgDone

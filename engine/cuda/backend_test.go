@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -214,6 +215,50 @@ func TestPDLMode(t *testing.T) {
 	t.Setenv(PDLEnv, PDLOff)
 	if m, err := pdlMode(PDLOn); err != nil || m != PDLOff {
 		t.Errorf("%s=%s over the option: %q, %v", PDLEnv, PDLOff, m, err)
+	}
+}
+
+// TestFusedOperand: the norms and SwiGLU fold into the GEMM after them
+// only under FuseOn (not the default), for the rows gemm_skinny runs and
+// an operand that fits its shared-memory copy; TRENI_CUDA_FUSE overrides
+// the option.
+func TestFusedOperand(t *testing.T) {
+	const x, w, nw = DevicePtr(1 << 20), DevicePtr(2 << 20), DevicePtr(3 << 20)
+	for _, c := range []struct {
+		fuse, gemm string
+		M, K       int
+		nw         DevicePtr
+		want       bool
+		N          int
+	}{
+		{FuseOn, GemmAuto, 1, 2560, nw, true, 0}, {FuseOn, GemmAuto, 8, 2560, nw, true, 0}, {FuseOn, GemmAuto, 8, 2560, 0, true, 0},
+		{FuseOn, GemmAuto, 9, 2560, nw, false, 0},     // past the fused forms' 8 rows
+		{FuseOn, GemmAuto, 8, 4096, nw, false, 0},     // 8 rows of 4,096 do not fit the copy
+		{FuseOn, GemmAuto, 4, 4096, nw, true, 0},      // 4 do
+		{FuseOn, GemmAuto, 1, 9728, 0, true, 0},       // down_proj at batch 1
+		{FuseOn, GemmAuto, 2, 9728, 0, true, 0},       // and at 2
+		{FuseOn, GemmAuto, 3, 9728, 0, false, 0},      // not at 3
+		{FuseOn, GemmAuto, 1, 2560, nw + 4, false, 0}, // a misaligned norm weight
+		{FuseOn, GemmCublasLt, 1, 2560, nw, false, 0},
+		{FuseOff, GemmAuto, 1, 2560, nw, false, 0},
+		{"", GemmAuto, 1, 2560, nw, false, 0}, // off by default
+	} {
+		fuse, err := fuseMode(c.fuse)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &Backend{opts: BackendOptions{Fuse: fuse, Gemm: c.gemm}}
+		N := cmp.Or(c.N, 4096)
+		if got := b.fusedOperand(GemmShape{M: c.M, N: N, K: c.K, In: BF16, Out: BF16}, x, w, c.nw); got != c.want {
+			t.Errorf("%s/%s, %dx%dx%d, norm weight %#x: fused %v, want %v", c.fuse, c.gemm, c.M, N, c.K, c.nw, got, c.want)
+		}
+	}
+	if _, err := fuseMode("always"); err == nil || !strings.Contains(err.Error(), FuseEnv) {
+		t.Errorf(`fusion "always": %v, want an error naming %s`, err, FuseEnv)
+	}
+	t.Setenv(FuseEnv, FuseOn)
+	if m, err := fuseMode(FuseOff); err != nil || m != FuseOn {
+		t.Errorf("%s=%s over the option: %q, %v", FuseEnv, FuseOn, m, err)
 	}
 }
 

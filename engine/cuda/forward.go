@@ -466,10 +466,27 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return fmt.Errorf("cuda: forward at layer %d: %w", li, err)
 		}
 		l := &b.layers[li]
+		// Which norms and SwiGLU run inside the GEMM after them
+		// (fusedOperand); the profile then has no time of their own.
+		normQKV := b.fusedOperand(GemmShape{M: M, N: b.qkvDim, K: H, In: BF16, Out: BF16}, b.x, l.qkv, l.attnNorm)
+		normGU := b.fusedOperand(GemmShape{M: M, N: 2 * I, K: H, In: BF16, Out: BF16}, b.x, l.gu, l.mlpNorm)
+		swigluDown := b.fusedOperand(GemmShape{M: M, N: H, K: I, In: BF16, Out: F32}, b.gu, l.down, 0)
+		norm := func(fused bool, nw DevicePtr) error {
+			if fused {
+				return nil
+			}
+			return k.RMSNorm(s, b.h, b.x, nw, T, H, eps)
+		}
+		normed := func(fused bool, y, nw, w DevicePtr, N int) error {
+			if fused {
+				return k.GemmSkinnyNorm(s, y, b.x, nw, w, M, N, H, eps, BF16)
+			}
+			return b.gemm(y, b.h, w, M, N, H, BF16, false)
+		}
 		names := [...]string{"rmsnorm_attn", "gemm_qkv", "qk_norm_rope_store", "attention", "gemm_o", "bias_o", "rmsnorm_mlp", "gemm_gate_up", "swiglu", "gemm_down"}
 		steps := [len(names)]func() error{
-			func() error { return k.RMSNorm(s, b.h, b.x, l.attnNorm, T, H, eps) },
-			func() error { return b.gemm(b.qkv, b.h, l.qkv, M, b.qkvDim, H, BF16, false) },
+			func() error { return norm(normQKV, l.attnNorm) },
+			func() error { return normed(normQKV, b.qkv, l.attnNorm, l.qkv, b.qkvDim) },
 			func() error {
 				return k.QKNormRopeStore(s, shape, RopeStoreArgs{QKV: b.qkv, Bias: l.qkvBias, QNorm: l.qNorm, KNorm: l.kNorm,
 					Rope: b.rope, Slots: dSlots, KCache: l.k, VCache: l.v, T: T, Eps: eps})
@@ -483,10 +500,20 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 				}
 				return k.BiasAddF32(s, b.x, l.oBias, T, H)
 			},
-			func() error { return k.RMSNorm(s, b.h, b.x, l.mlpNorm, T, H, eps) },
-			func() error { return b.gemm(b.gu, b.h, l.gu, M, 2*I, H, BF16, false) },
-			func() error { return k.SwiGLU(s, b.act, b.gu, T, I) },
-			func() error { return b.gemm(b.x, b.act, l.down, M, H, I, F32, true) },
+			func() error { return norm(normGU, l.mlpNorm) },
+			func() error { return normed(normGU, b.gu, l.mlpNorm, l.gu, 2*I) },
+			func() error {
+				if swigluDown {
+					return nil
+				}
+				return k.SwiGLU(s, b.act, b.gu, T, I)
+			},
+			func() error {
+				if swigluDown {
+					return k.GemmSkinnySwiGLU(s, b.x, b.gu, l.down, M, H, I, F32, true)
+				}
+				return b.gemm(b.x, b.act, l.down, M, H, I, F32, true)
+			},
 		}
 		for i, f := range steps {
 			b.prof.mark(s, names[i])
@@ -496,6 +523,18 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 		}
 	}
 	return nil
+}
+
+// fusedOperand says whether the GEMM of shape over w takes its operand x
+// through the norm (weight nw) or the SwiGLU (nw 0) in front of it
+// (GemmSkinnyNorm, GemmSkinnySwiGLU): under FuseOn, where the GEMM runs
+// on gemm_skinny anyway (gemmOnSkinny) and the operand fits the block's
+// copy (SkinnyFusedFits). A decode step then launches 6 or 7 kernels a
+// layer instead of 9, but every block builds its own copy of the operand
+// after the kernel ahead has finished, which under PDL can cost more than
+// the separate kernel it replaces (BackendOptions.Fuse).
+func (b *Backend) fusedOperand(shape GemmShape, x, w, nw DevicePtr) bool {
+	return b.opts.Fuse == FuseOn && SkinnyFusedFits(shape.M, shape.K) && nw%16 == 0 && b.gemmOnSkinny(shape, x, w)
 }
 
 // forward is the eager step (runner thread): the layers over the step's

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -90,4 +92,115 @@ func TestGPUGemmSkinny(t *testing.T) {
 				s.name, M, s.N, s.K, own*1e3, gb/own, lt*1e3, gb/lt, own/lt)
 		}
 	}
+}
+
+// TestGPUGemmSkinnyFused checks gemm_skinny's fused operand forms on the
+// device against their unfused twins: the RMSNorm operand against the
+// rmsnorm kernel then gemm_skinny (within bf16 rounding: the two sum the
+// squares in different orders), the SwiGLU operand against the swiglu
+// kernel then gemm_skinny (bit for bit). Then, for the report (with
+// TRENI_CUDA_BIG), it times each fused launch beside the two it replaces
+// on the 4B shapes at one row.
+func TestGPUGemmSkinnyFused(t *testing.T) {
+	g := newGPU(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	const eps = 1e-6
+	for _, c := range []struct{ M, N, H, I int }{{1, 6144, 2560, 9728}, {5, 1024, 512, 1536}, {8, 96, 64, 128}, {2, 2560, 2560, 9728}} {
+		M, N, H, I := c.M, c.N, c.H, c.I
+		x, nw, w := up(g, randF32(r, M*H, 0, 3)), up(g, randF32(r, H, 1, 0.1)), up(g, randBF16(r, N*H, 0.05))
+		h, yRef, y := g.alloc(M*H*2), g.alloc(M*N*2), g.alloc(M*N*2)
+		g.ok(g.k.RMSNorm(g.s, h, x, nw, M, H, eps))
+		g.ok(g.k.GemmSkinny(g.s, yRef, h, w, M, N, H, BF16, false))
+		g.ok(g.k.GemmSkinnyNorm(g.s, y, x, nw, w, M, N, H, eps, BF16))
+		ref := make([]float64, M*N)
+		for i, v := range bfSlice(down[uint16](g, yRef, M*N)) {
+			ref[i] = float64(v)
+		}
+		g.check(fmt.Sprintf("gemm_skinny RMSNorm operand %dx%dx%d", M, N, H), bfSlice(down[uint16](g, y, M*N)), ref, tolBF16)
+
+		if !SkinnyFusedFits(M, I) {
+			continue
+		}
+		gu, wd := up(g, randBF16(r, M*2*I, 2)), up(g, randBF16(r, H*I, 0.05))
+		act := g.alloc(M * I * 2)
+		init := randF32(r, M*H, 0, 1)
+		yRefF, yF := up(g, init), up(g, init)
+		g.ok(g.k.SwiGLU(g.s, act, gu, M, I))
+		g.ok(g.k.GemmSkinny(g.s, yRefF, act, wd, M, H, I, F32, true))
+		g.ok(g.k.GemmSkinnySwiGLU(g.s, yF, gu, wd, M, H, I, F32, true))
+		want, got := down[float32](g, yRefF, M*H), down[float32](g, yF, M*H)
+		for i := range want {
+			if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+				t.Errorf("gemm_skinny SwiGLU operand %dx%dx%d: element %d is %g; the swiglu kernel then gemm_skinny give %g", M, H, I, i, got[i], want[i])
+				break
+			}
+		}
+		t.Logf("ERR gemm_skinny SwiGLU operand %dx%dx%d: bit-identical to swiglu + gemm_skinny over %d values", M, H, I, len(want))
+	}
+	p := g.alloc(1 << 16)
+	if err := g.k.GemmSkinnyNorm(g.s, p, p, p, p, 9, 16, 32, eps, BF16); err == nil {
+		t.Error("the RMSNorm operand took 9 rows")
+	}
+	if err := g.k.GemmSkinnySwiGLU(g.s, p, p, p, 3, 16, 9728, F32, true); err == nil {
+		t.Error("the SwiGLU operand took 3 rows of 9,728")
+	}
+
+	if os.Getenv("TRENI_CUDA_BIG") == "" {
+		return
+	}
+	// One row of the 4B shapes: the fused launch beside the two it
+	// replaces, back to back (PDL as newGPU set it), distinct weights
+	// per launch so that none comes from L2.
+	const H, Q, KV, I, reps = 2560, 4096, 1024, 9728, 8
+	e0, err := g.c.NewEvent()
+	g.ok(err)
+	e1, err := g.c.NewEvent()
+	g.ok(err)
+	timeIt := func(f func(i int) error) float64 {
+		g.ok(f(0))
+		g.ok(e0.Record(g.s))
+		for i := 0; i < reps; i++ {
+			g.ok(f(i))
+		}
+		g.ok(e1.Record(g.s))
+		g.ok(e1.Synchronize())
+		ms, err := ElapsedMS(e0, e1)
+		g.ok(err)
+		return float64(ms) * 1e3 / reps
+	}
+	x, h, nw := up(g, randF32(r, H, 0, 1)), g.alloc(H*2), up(g, randF32(r, H, 1, 0.1))
+	for _, s := range []struct {
+		name string
+		N    int
+	}{{"qkv", Q + 2*KV}, {"gate_up", 2 * I}} {
+		ws := make([]DevicePtr, reps)
+		for i := range ws {
+			ws[i] = g.alloc(s.N * H * 2)
+		}
+		y := g.alloc(s.N * 2)
+		two := timeIt(func(i int) error {
+			if err := g.k.RMSNorm(g.s, h, x, nw, 1, H, eps); err != nil {
+				return err
+			}
+			return g.k.GemmSkinny(g.s, y, h, ws[i], 1, s.N, H, BF16, false)
+		})
+		one := timeIt(func(i int) error { return g.k.GemmSkinnyNorm(g.s, y, x, nw, ws[i], 1, s.N, H, eps, BF16) })
+		t.Logf("PERF fused %-7s M=1 N=%-5d K=%-4d  rmsnorm + gemm_skinny %6.1f us   gemm_skinny_m8_norm   %6.1f us", s.name, s.N, H, two, one)
+		for _, p := range ws {
+			g.c.Free(p)
+		}
+	}
+	ws := make([]DevicePtr, reps)
+	for i := range ws {
+		ws[i] = g.alloc(H * I * 2)
+	}
+	gu, act, y := up(g, randBF16(r, 2*I, 1)), g.alloc(I*2), g.alloc(H*4)
+	two := timeIt(func(i int) error {
+		if err := g.k.SwiGLU(g.s, act, gu, 1, I); err != nil {
+			return err
+		}
+		return g.k.GemmSkinny(g.s, y, act, ws[i], 1, H, I, F32, true)
+	})
+	one := timeIt(func(i int) error { return g.k.GemmSkinnySwiGLU(g.s, y, gu, ws[i], 1, H, I, F32, true) })
+	t.Logf("PERF fused down    M=1 N=%-5d K=%-4d  swiglu + gemm_skinny  %6.1f us   gemm_skinny_m8_swiglu %6.1f us", H, I, two, one)
 }

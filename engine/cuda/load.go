@@ -43,8 +43,8 @@ type ringResult struct {
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
-// opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL and
-// opts.Stage are used here.
+// opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL,
+// opts.Fuse and opts.Stage are used here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
@@ -57,6 +57,9 @@ func Start(opts BackendOptions) (*Starter, error) {
 		return nil, err
 	}
 	if opts.PDL, err = pdlMode(opts.PDL); err != nil {
+		return nil, err
+	}
+	if opts.Fuse, err = fuseMode(opts.Fuse); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -100,7 +103,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		err = initErr
 	}
 	if err == nil {
-		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL
+		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL, opts.Fuse = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL, b.opts.Fuse
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()

@@ -14,6 +14,7 @@ func KernelNames() []string {
 		"rope_table", "qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
 		"attn_mma_w1_hd128", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
+		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu",
 		"argmax_f32", "sample_f32",
 	}
 }
@@ -410,6 +411,42 @@ func SkinnyFits(M, N, K int, x, w DevicePtr) bool {
 // when out is BF16, f32 otherwise, and accumulate adds into an f32 y
 // (beta = 1). The shape must satisfy SkinnyFits.
 func (k *Kernels) GemmSkinny(s *Stream, y, x, w DevicePtr, M, N, K int, out DType, accumulate bool) error {
+	return k.gemmSkinny(s, "", y, x, w, 0, M, N, K, 0, out, accumulate)
+}
+
+// skinnyStaged is how many bf16 elements a fused gemm_skinny operand may
+// take, its rows padded by 8 (GS_XS in kernels.cu): 8 rows of 2,560.
+const skinnyStaged = 8 * (2560 + 8)
+
+// SkinnyFusedFits says whether gemm_skinny's fused operand forms
+// (GemmSkinnyNorm, GemmSkinnySwiGLU) take M rows of K: at most 8 rows,
+// within the block's shared-memory copy of the operand.
+func SkinnyFusedFits(M, K int) bool { return M >= 1 && M <= 8 && M*(K+8) <= skinnyStaged }
+
+// GemmSkinnyNorm enqueues y = RMSNorm(x)·nw · wᵀ for the f32 residual x
+// [M,K] and its norm weight nw (f32 [K]) in one launch, the norm rounded to
+// bf16 as RMSNorm rounds it: a decode step's norm then needs no kernel of
+// its own. SkinnyFits and SkinnyFusedFits must hold, nw 16-byte aligned.
+func (k *Kernels) GemmSkinnyNorm(s *Stream, y, x, nw, w DevicePtr, M, N, K int, eps float32, out DType) error {
+	if !SkinnyFusedFits(M, K) || nw%16 != 0 {
+		return fmt.Errorf("%w: gemm_skinny's RMSNorm operand takes up to 8 rows within %d elements and a 16-byte aligned weight, not %dx%d", ErrBadLaunch, skinnyStaged, M, K)
+	}
+	return k.gemmSkinny(s, "gemm_skinny_m8_norm", y, x, w, nw, M, N, K, eps, out, false)
+}
+
+// GemmSkinnySwiGLU enqueues y = SwiGLU(gu)·wᵀ for the fused gate|up
+// projection gu (bf16 [M,2K]) in one launch, bit for bit SwiGLU then
+// GemmSkinny. SkinnyFits and SkinnyFusedFits must hold.
+func (k *Kernels) GemmSkinnySwiGLU(s *Stream, y, gu, w DevicePtr, M, N, K int, out DType, accumulate bool) error {
+	if !SkinnyFusedFits(M, K) {
+		return fmt.Errorf("%w: gemm_skinny's SwiGLU operand takes up to 8 rows within %d elements, not %dx%d", ErrBadLaunch, skinnyStaged, M, K)
+	}
+	return k.gemmSkinny(s, "gemm_skinny_m8_swiglu", y, gu, w, 0, M, N, K, 0, out, accumulate)
+}
+
+// gemmSkinny launches the gemm_skinny kernel name ("" picks the bf16
+// operand's form by M).
+func (k *Kernels) gemmSkinny(s *Stream, name string, y, x, w, nw DevicePtr, M, N, K int, eps float32, out DType, accumulate bool) error {
 	if !SkinnyFits(M, N, K, x, w) {
 		return fmt.Errorf("%w: gemm_skinny takes 1–%d rows, N%%16 = 0, K%%32 = 0 and 16-byte aligned operands, not %dx%dx%d", ErrBadLaunch, SkinnyMaxRows, M, N, K)
 	}
@@ -424,16 +461,19 @@ func (k *Kernels) GemmSkinny(s *Stream, y, x, w DevicePtr, M, N, K int, out DTyp
 	case accumulate:
 		mode = 2
 	}
-	name := "gemm_skinny_m64"
-	switch {
-	case M <= 8:
-		name = "gemm_skinny_m8"
-	case M <= 16:
-		name = "gemm_skinny_m16"
-	case M <= 32:
-		name = "gemm_skinny_m32"
+	if name == "" {
+		switch {
+		case M <= 8:
+			name = "gemm_skinny_m8"
+		case M <= 16:
+			name = "gemm_skinny_m16"
+		case M <= 32:
+			name = "gemm_skinny_m32"
+		default:
+			name = "gemm_skinny_m64"
+		}
 	}
-	k.args.Reset().Ptr(y).Ptr(x).Ptr(w).I32(int32(M)).I32(int32(N)).I32(int32(K)).I32(mode)
+	k.args.Reset().Ptr(y).Ptr(x).Ptr(w).I32(int32(M)).I32(int32(N)).I32(int32(K)).I32(mode).Ptr(nw).F32(eps)
 	return k.launch(name, Dim3{uint32(N / 16), 1, 1}, Dim3{skinnyThreads, 1, 1}, s)
 }
 

@@ -20,9 +20,11 @@ import (
 // at positions 768–1023 beside 63 decoding sequences — and the wall time
 // of a 64-row decode step with logits to the host (Forward) against token
 // ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
-// then on gemm_skinny where it fits), with attn_mma on four-warp blocks
-// only (flash4) and with paged_attention. Eager steps (graphs off), KV contents zero:
-// attention costs do not depend on the values.
+// then on gemm_skinny where it fits, unfused and then with the norms and
+// SwiGLU in front of its GEMMs folded into them where they fit), with
+// attn_mma on four-warp blocks only (flash4) and with paged_attention.
+// Eager steps (graphs off), KV contents zero: attention costs do not
+// depend on the values.
 func TestGPUStepProfile(t *testing.T) {
 	dir := os.Getenv("TRENI_PROFILE_MODEL")
 	if dir == "" {
@@ -88,16 +90,17 @@ func TestGPUStepProfile(t *testing.T) {
 	// Every case with each attention kernel and each GEMM path, side by
 	// side in one run.
 	var all []profCase
-	for _, m := range []struct{ att, gemm string }{
-		{AttentionFlash, GemmCublasLt}, {AttentionFlash, GemmSkinny}, {AttentionFlash4, GemmCublasLt}, {AttentionPaged, GemmCublasLt},
+	for _, m := range []struct{ att, gemm, fuse string }{
+		{AttentionFlash, GemmCublasLt, FuseOff}, {AttentionFlash, GemmSkinny, FuseOff}, {AttentionFlash, GemmSkinny, FuseOn},
+		{AttentionFlash4, GemmCublasLt, FuseOff}, {AttentionPaged, GemmCublasLt, FuseOff},
 	} {
 		for _, c := range cases {
-			all = append(all, profCase{m.att, m.gemm, c.name, c.bt})
+			all = append(all, profCase{m.att, m.gemm, m.fuse, c.name, c.bt})
 		}
 	}
 	for _, c := range all {
 		be.mu.Lock()
-		be.opts.Attention, be.opts.Gemm = c.mode, c.gemm
+		be.opts.Attention, be.opts.Gemm, be.opts.Fuse = c.mode, c.gemm, c.fuse
 		be.mu.Unlock()
 		// Once unprofiled (plans, lazily loaded kernels), then profiled.
 		if err := be.ForwardTokens(ctx, c.bt, choice, toks, nil); err != nil {
@@ -127,7 +130,11 @@ func TestGPUStepProfile(t *testing.T) {
 		for _, o := range ops {
 			parts = append(parts, fmt.Sprintf("%s %.3f (%.0f%%)", o.name, o.ms/float64(max(steps, 1)), 100*o.ms/max(sum, 1e-9)))
 		}
-		t.Logf("PROFILE %-6s %-8s %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.mode, c.gemm, c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
+		gemm := c.gemm
+		if c.fuse == FuseOn {
+			gemm += "+fused"
+		}
+		t.Logf("PROFILE %-6s %-14s %-40s wall %.3f ms/step, device %.3f ms/step: %s", c.mode, gemm, c.name, wall, sum/float64(max(steps, 1)), strings.Join(parts, ", "))
 	}
 	// Logits to the host against token ids only, 64 decoding rows.
 	be.mu.Lock()
@@ -157,6 +164,6 @@ func TestGPUStepProfile(t *testing.T) {
 // profCase is one step of TestGPUStepProfile with one attention kernel
 // and one GEMM path.
 type profCase struct {
-	mode, gemm, name string
-	bt               *sched.Batch
+	mode, gemm, fuse, name string
+	bt                     *sched.Batch
 }

@@ -78,7 +78,7 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
 			return fmt.Errorf("cuda: load warm-up: %w", err)
 		}
 	}
-	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "gemm_plans": b.blas.Plans(), "graphs": graphs, "gemm": b.opts.Gemm,
+	b.stage(trace.StageWarmup, t0, trace.Attrs{"kind": "load", "gemm_plans": b.blas.Plans(), "graphs": graphs, "gemm": b.opts.Gemm, "fuse": b.opts.Fuse,
 		"concurrent_with_upload": overlapped, "scratch_rows": b.capT, "logits_rows": b.capRows})
 	return nil
 }

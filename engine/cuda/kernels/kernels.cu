@@ -649,16 +649,35 @@ __global__ void attn_combine(bf16 *out, const float *part_acc, const float *part
 // mode 0: Y bf16 (rounded), 1: Y f32, 2: Y f32 += (beta = 1, the residual
 // add of o_proj and down_proj). Needs N % 16 == 0, K % 32 == 0, 16-byte
 // aligned X and W. X rows ≥ M are not read and Y rows ≥ M not written.
+//
+// The X operand comes in one of three forms (XM). The two fused ones
+// replace the kernel that would have written X, so a decode step has
+// fewer kernels in its dependent chain; each block computes the whole
+// operand once into shared memory (xs, rows padded by 8 bf16 so that the
+// fragment loads of 8 rows fall in different banks) while its first
+// weight loads are in flight, and reads it from there:
+//   GS_X_BF16   x is bf16 [M][K], read as is (from L1/L2);
+//   GS_X_NORM   x is the f32 residual [M][K]: RMSNorm with the weight nw
+//               and eps, rounded to bf16 as the rmsnorm kernel rounds it
+//               (the block's warps split each row and add their sums of
+//               squares in a fixed order);
+//   GS_X_SWIGLU x is the bf16 gate|up projection [M][2K]: silu(gate)·up,
+//               rounded as the swiglu kernel rounds it (bit-identical).
+// The fused forms take at most 8 rows and M·(K+8) ≤ GS_XS elements.
 #define GS_WARPS 8
 // Chunks a warp loads before it multiplies them (memory-level parallelism).
 #define GS_UNROLL 4
+#define GS_X_BF16 0
+#define GS_X_NORM 1
+#define GS_X_SWIGLU 2
+#define GS_XS (8 * (2560 + 8))
 
 template <int MT>
-__device__ __forceinline__ void gemm_skinny_chunk(float acc[MT][4], uint4 wa, uint4 wb, const bf16 *x, int M, int K, int k, int g) {
+__device__ __forceinline__ void gemm_skinny_chunk(float acc[MT][4], uint4 wa, uint4 wb, const bf16 *x, int M, int xstride, int k, int g) {
 	for (int t = 0; t < MT; t++) {
 		int m = t * 8 + g;
 		uint4 xv = make_uint4(0u, 0u, 0u, 0u);
-		if (m < M) xv = *(const uint4 *)(x + (long long)m * K + k);
+		if (m < M) xv = *(const uint4 *)(x + (long long)m * xstride + k);
 		unsigned a0[4] = {wa.x, wb.x, wa.y, wb.y}, b0[2] = {xv.x, xv.y};
 		mma_bf16_16816(acc[t], a0, b0);
 		unsigned a1[4] = {wa.z, wb.z, wa.w, wb.w}, b1[2] = {xv.z, xv.w};
@@ -666,8 +685,53 @@ __device__ __forceinline__ void gemm_skinny_chunk(float acc[MT][4], uint4 wa, ui
 	}
 }
 
-template <int MT>
-__device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const bf16 *w, int M, int N, int K, int mode) {
+// gemm_skinny_stage writes the fused operand of M ≤ 8 rows into xs (row
+// stride K+8) and ends with a barrier.
+template <int XM>
+__device__ __forceinline__ void gemm_skinny_stage(bf16 *xs, const void *x, const float *nw, float eps, int M, int K) {
+	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, xstride = K + 8;
+	if (XM == GS_X_SWIGLU) {
+		int per = K >> 3;
+		for (int i = threadIdx.x; i < M * per; i += blockDim.x) {
+			int m = i / per, k = (i - m * per) * 8;
+			const bf16 *g = (const bf16 *)x + (long long)m * 2 * K + k;
+			uint4 gv = *(const uint4 *)g, uv = *(const uint4 *)(g + K);
+			*(uint4 *)(xs + m * xstride + k) = make_uint4(swiglu2(gv.x, uv.x), swiglu2(gv.y, uv.y), swiglu2(gv.z, uv.z), swiglu2(gv.w, uv.w));
+		}
+		__syncthreads();
+		return;
+	}
+	// GS_X_NORM: wpr warps per row (8 over the next power of two ≥ M),
+	// each over a contiguous K/wpr columns, 4 at a time.
+	__shared__ float ssq[GS_WARPS];
+	int rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8, wpr = GS_WARPS / rows;
+	int m = wid / wpr, seg = K / wpr, k0 = (wid % wpr) * seg;
+	const float *r = (const float *)x + (long long)m * K;
+	float ss = 0.f;
+	if (m < M)
+		for (int k = k0 + lane * 4; k < k0 + seg; k += 128) {
+			float4 v = *(const float4 *)(r + k);
+			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+		}
+	ss = warp_sum(ss);
+	if (lane == 0) ssq[wid] = ss;
+	__syncthreads();
+	if (m < M) {
+		float tot = 0.f;
+		for (int j = 0; j < wpr; j++) tot += ssq[m * wpr + j];
+		float scale = rsqrtf(tot / (float)K + eps);
+		for (int k = k0 + lane * 4; k < k0 + seg; k += 128) {
+			float4 v = *(const float4 *)(r + k), w4 = *(const float4 *)(nw + k);
+			*(uint2 *)(xs + m * xstride + k) =
+				make_uint2(pack_bf2(v.x * scale * w4.x, v.y * scale * w4.y), pack_bf2(v.z * scale * w4.z, v.w * scale * w4.w));
+		}
+	}
+	__syncthreads();
+}
+
+template <int MT, int XM>
+__device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const bf16 *w, int M, int N, int K, int mode,
+	const float *nw, float eps) {
 	__shared__ float red[GS_WARPS * MT * 128];
 	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 	int n0 = blockIdx.x * 16;
@@ -676,8 +740,9 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const b
 	// The weights are no kernel's output, so the first group of W loads
 	// is issued before KERNEL_ENTRY: under PDL this block is resident
 	// while the kernel ahead of it finishes, and its weight stream starts
-	// then. (An L2 prefetch of the same lines, issued four times over by
-	// the lanes sharing them, slowed the GEMMs by up to a fifth.)
+	// then (and, in the fused forms, runs while the block stages X).
+	// (An L2 prefetch of the same lines, issued four times over by the
+	// lanes sharing them, slowed the GEMMs by up to a fifth.)
 	uint4 wa[GS_UNROLL], wb[GS_UNROLL];
 	bool loaded = ch + (GS_UNROLL - 1) * GS_WARPS < chunks;
 	if (loaded)
@@ -687,7 +752,14 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const b
 			wb[u] = ld_stream16(w1 + k);
 		}
 	KERNEL_ENTRY();
-	const bf16 *xc = x + 8 * c;
+	const bf16 *xc = (const bf16 *)x + 8 * c;
+	int xstride = K;
+	if (XM != GS_X_BF16) {
+		__shared__ __align__(16) bf16 xs[GS_XS];
+		gemm_skinny_stage<XM>(xs, x, nw, eps, M, K);
+		xc = xs + 8 * c;
+		xstride = K + 8;
+	}
 	float acc[MT][4];
 	for (int t = 0; t < MT; t++)
 		for (int j = 0; j < 4; j++) acc[t][j] = 0.f;
@@ -699,10 +771,10 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const b
 				wb[u] = ld_stream16(w1 + k);
 			}
 		loaded = false;
-		for (int u = 0; u < GS_UNROLL; u++) gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, K, (ch + u * GS_WARPS) * 32, g);
+		for (int u = 0; u < GS_UNROLL; u++) gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, xstride, (ch + u * GS_WARPS) * 32, g);
 	}
 	for (; ch < chunks; ch += GS_WARPS)
-		gemm_skinny_chunk<MT>(acc, ld_stream16(w0 + ch * 32), ld_stream16(w1 + ch * 32), xc, M, K, ch * 32, g);
+		gemm_skinny_chunk<MT>(acc, ld_stream16(w0 + ch * 32), ld_stream16(w1 + ch * 32), xc, M, xstride, ch * 32, g);
 	for (int t = 0; t < MT; t++)
 		for (int j = 0; j < 4; j++) red[((wid * MT + t) * 32 + lane) * 4 + j] = acc[t][j];
 	__syncthreads();
@@ -724,13 +796,18 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const bf16 *x, const b
 
 extern "C" {
 
-// gemm_skinny_m8 … m64: gemm_skinny for M ≤ 8, 16, 32, 64. grid (N/16),
-// block GS_WARPS·32.
-#define GEMM_SKINNY_ARGS void *y, const bf16 *x, const bf16 *w, int M, int N, int K, int mode
-__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8(GEMM_SKINNY_ARGS) { gemm_skinny_body<1>(y, x, w, M, N, K, mode); }
-__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m16(GEMM_SKINNY_ARGS) { gemm_skinny_body<2>(y, x, w, M, N, K, mode); }
-__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m32(GEMM_SKINNY_ARGS) { gemm_skinny_body<4>(y, x, w, M, N, K, mode); }
-__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m64(GEMM_SKINNY_ARGS) { gemm_skinny_body<8>(y, x, w, M, N, K, mode); }
+// gemm_skinny_m8 … m64: gemm_skinny for M ≤ 8, 16, 32, 64 on a bf16 X;
+// gemm_skinny_m8_norm and gemm_skinny_m8_swiglu: M ≤ 8 on the RMSNorm'd
+// f32 residual and on SwiGLU of gate|up. nw and eps are read by the
+// _norm form only. grid (N/16), block GS_WARPS·32.
+#define GEMM_SKINNY_ARGS void *y, const void *x, const bf16 *w, int M, int N, int K, int mode, const float *nw, float eps
+#define GEMM_SKINNY_PASS y, x, w, M, N, K, mode, nw, eps
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8(GEMM_SKINNY_ARGS) { gemm_skinny_body<1, GS_X_BF16>(GEMM_SKINNY_PASS); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m16(GEMM_SKINNY_ARGS) { gemm_skinny_body<2, GS_X_BF16>(GEMM_SKINNY_PASS); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m32(GEMM_SKINNY_ARGS) { gemm_skinny_body<4, GS_X_BF16>(GEMM_SKINNY_PASS); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m64(GEMM_SKINNY_ARGS) { gemm_skinny_body<8, GS_X_BF16>(GEMM_SKINNY_PASS); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8_norm(GEMM_SKINNY_ARGS) { gemm_skinny_body<1, GS_X_NORM>(GEMM_SKINNY_PASS); }
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8_swiglu(GEMM_SKINNY_ARGS) { gemm_skinny_body<1, GS_X_SWIGLU>(GEMM_SKINNY_PASS); }
 
 } // extern "C"
 

@@ -34,6 +34,13 @@ struct uint4 {
 	unsigned x, y, z, w;
 };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+struct uint2 {
+	unsigned x, y;
+};
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+struct float4 {
+	float x, y, z, w;
+};
 
 using std::max;
 using std::min;

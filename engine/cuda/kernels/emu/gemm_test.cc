@@ -2,10 +2,13 @@
 // against a float64 reference of the same bf16 inputs: every token-tile
 // width (m8, m16, m32, m64) at row counts that fill a tile and that leave
 // it partly empty, K that fills the unrolled loop exactly and that leaves
-// a tail for the single-chunk loop, and the three output modes (bf16, f32,
-// f32 +=). X rows at and past M hold NaN and Y rows past M a sentinel, so
-// a read or a write outside the M rows shows up. Exit status 1 on any
-// error above the tolerance. Built and run by engine/cuda
+// a tail for the single-chunk loop, the three output modes (bf16, f32,
+// f32 +=), and the two fused operand forms of m8: RMSNorm of an f32
+// residual (against the reference within bf16 rounding) and SwiGLU of
+// gate|up (bit for bit against the swiglu kernel followed by plain m8).
+// X rows at and past M hold NaN and Y rows past M a sentinel, so a read
+// or a write outside the M rows shows up. Exit status 1 on any error
+// above the tolerance. Built and run by engine/cuda
 // TestGemmKernelOnCPUEmulator.
 #include "cuda_emu.h"
 #include "../kernels.cu"
@@ -23,18 +26,44 @@ bf16 tobf(float f) {
 	return (bf16)(u >> 16);
 }
 
+enum XForm { XBF16, XNORM, XSWIGLU };
+
 struct Case {
 	int M, N, K, mode;
+	XForm xf = XBF16;
 };
 
 bool run(const Case &c, std::mt19937 &rng) {
 	const int M = c.M, N = c.N, K = c.K;
 	const int MT = M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : 8, rows = 8 * MT;
 	std::normal_distribution<float> nd(0.f, 1.f);
-	std::vector<bf16> x((size_t)rows * K), w((size_t)N * K);
 	const bf16 nan = 0x7fc0;
-	for (int m = 0; m < rows; m++)
-		for (int k = 0; k < K; k++) x[(size_t)m * K + k] = m < M ? tobf(nd(rng)) : nan;
+	const float fnan = __uint_as_float(0x7fc00000u);
+	// The operand as the kernel reads it (x; the residual xf with its norm
+	// weight nw; gate|up gu) and the X it stands for (xd, in double).
+	std::vector<bf16> x((size_t)rows * K), gu((size_t)rows * 2 * K), w((size_t)N * K);
+	std::vector<float> xf((size_t)rows * K), nw(K);
+	std::vector<double> xd((size_t)M * K);
+	const float eps = 1e-6f;
+	for (int k = 0; k < K; k++) nw[k] = 1.f + 0.1f * nd(rng);
+	for (int m = 0; m < rows; m++) {
+		double ss = 0;
+		for (int k = 0; k < K; k++) {
+			size_t i = (size_t)m * K + k;
+			x[i] = m < M ? tobf(nd(rng)) : nan;
+			xf[i] = m < M ? 3.f * nd(rng) : fnan;
+			gu[(size_t)m * 2 * K + k] = m < M ? tobf(2.f * nd(rng)) : nan;
+			gu[(size_t)m * 2 * K + K + k] = m < M ? tobf(nd(rng)) : nan;
+			ss += (double)xf[i] * xf[i];
+		}
+		if (m >= M) continue;
+		double scale = 1 / std::sqrt(ss / K + eps);
+		for (int k = 0; k < K; k++) {
+			size_t i = (size_t)m * K + k;
+			double g = bf(gu[(size_t)m * 2 * K + k]), u = bf(gu[(size_t)m * 2 * K + K + k]);
+			xd[i] = c.xf == XBF16 ? bf(x[i]) : c.xf == XNORM ? xf[i] * scale * nw[k] : g / (1 + std::exp(-g)) * u;
+		}
+	}
 	for (auto &v : w) v = tobf(nd(rng) * 0.05f);
 	std::vector<double> ref((size_t)M * N);
 	std::vector<float> init((size_t)rows * N);
@@ -42,7 +71,7 @@ bool run(const Case &c, std::mt19937 &rng) {
 	for (int m = 0; m < M; m++)
 		for (int n = 0; n < N; n++) {
 			double s = c.mode == 2 ? init[(size_t)m * N + n] : 0;
-			for (int k = 0; k < K; k++) s += (double)bf(x[(size_t)m * K + k]) * bf(w[(size_t)n * K + k]);
+			for (int k = 0; k < K; k++) s += xd[(size_t)m * K + k] * bf(w[(size_t)n * K + k]);
 			ref[(size_t)m * N + n] = s;
 		}
 	const float sentinel = 12345.f;
@@ -50,16 +79,32 @@ bool run(const Case &c, std::mt19937 &rng) {
 	std::vector<bf16> yb((size_t)rows * N, tobf(sentinel));
 	if (c.mode == 2)
 		for (int i = 0; i < M * N; i++) yf[i] = init[i];
+	// For the SwiGLU form, its unfused twin: the swiglu kernel, then m8.
+	std::vector<float> twinf = yf;
+	std::vector<bf16> twinb = yb;
 	void *y = c.mode == 0 ? (void *)yb.data() : (void *)yf.data();
 	auto kernel = [&] {
-		switch (MT) {
-		case 1: gemm_skinny_m8(y, x.data(), w.data(), M, N, K, c.mode); break;
-		case 2: gemm_skinny_m16(y, x.data(), w.data(), M, N, K, c.mode); break;
-		case 4: gemm_skinny_m32(y, x.data(), w.data(), M, N, K, c.mode); break;
-		default: gemm_skinny_m64(y, x.data(), w.data(), M, N, K, c.mode);
+		switch (c.xf == XBF16 ? MT : 0) {
+		case 0:
+			if (c.xf == XNORM) gemm_skinny_m8_norm(y, xf.data(), w.data(), M, N, K, c.mode, nw.data(), eps);
+			else gemm_skinny_m8_swiglu(y, gu.data(), w.data(), M, N, K, c.mode, nullptr, 0.f);
+			break;
+		case 1: gemm_skinny_m8(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f); break;
+		case 2: gemm_skinny_m16(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f); break;
+		case 4: gemm_skinny_m32(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f); break;
+		default: gemm_skinny_m64(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f);
 		}
 	};
 	emu::launch(dim3{(unsigned)(N / 16), 1, 1}, dim3{GS_WARPS * 32, 1, 1}, kernel);
+	bool twin = true;
+	if (c.xf == XSWIGLU) {
+		std::vector<bf16> act((size_t)rows * K, nan);
+		emu::launch(dim3{(unsigned)M, 2, 1}, dim3{64, 1, 1}, [&] { swiglu(act.data(), gu.data(), K); });
+		void *ty = c.mode == 0 ? (void *)twinb.data() : (void *)twinf.data();
+		emu::launch(dim3{(unsigned)(N / 16), 1, 1}, dim3{GS_WARPS * 32, 1, 1},
+			[&] { gemm_skinny_m8(ty, act.data(), w.data(), M, N, K, c.mode, nullptr, 0.f); });
+		twin = c.mode == 0 ? std::memcmp(twinb.data(), yb.data(), yb.size() * 2) == 0 : std::memcmp(twinf.data(), yf.data(), yf.size() * 4) == 0;
+	}
 	double num = 0, den = 0;
 	bool untouched = true;
 	for (int m = 0; m < rows; m++)
@@ -75,12 +120,15 @@ bool run(const Case &c, std::mt19937 &rng) {
 			den += ref[i] * ref[i];
 		}
 	double rel = std::sqrt(num / den);
-	// bf16 output rounds each value (relative 2^-9); f32 output only sums
-	// differently from the float64 reference.
-	double tol = c.mode == 0 ? 4e-3 : 1e-5;
-	bool ok = rel <= tol && untouched && std::isfinite(rel);
-	std::printf("%s M=%-2d N=%-3d K=%-4d mode=%d rel_l2=%.2e%s\n", ok ? "ok  " : "FAIL", M, N, K, c.mode, rel,
-		untouched ? "" : " (wrote rows past M)");
+	// bf16 output rounds each value (relative 2^-9), and so does a fused
+	// operand form (the kernel rounds its X to bf16, the reference does
+	// not); f32 output of a bf16 X only sums differently from the float64
+	// reference.
+	double tol = c.mode == 0 || c.xf != XBF16 ? 4e-3 : 1e-5;
+	bool ok = rel <= tol && untouched && twin && std::isfinite(rel);
+	static const char *forms[] = {"bf16", "norm", "swiglu"};
+	std::printf("%s M=%-2d N=%-3d K=%-4d mode=%d x=%-6s rel_l2=%.2e%s%s\n", ok ? "ok  " : "FAIL", M, N, K, c.mode, forms[c.xf], rel,
+		untouched ? "" : " (wrote rows past M)", twin ? "" : " (differs from swiglu + m8)");
 	return ok;
 }
 
@@ -96,6 +144,10 @@ int main() {
 		{9, 16, 1056, 0}, {16, 32, 96, 1},
 		{17, 16, 1056, 2}, {32, 16, 1024, 1},
 		{33, 16, 1056, 0}, {52, 32, 1056, 2}, {64, 16, 1024, 1},
+		// The fused operand forms (m8 only): one row, rows that leave
+		// warps without a row, a full tile; both K loops.
+		{1, 48, 1024, 0, XNORM}, {3, 32, 1056, 2, XNORM}, {8, 16, 96, 1, XNORM}, {5, 16, 1024, 2, XNORM},
+		{1, 32, 1056, 2, XSWIGLU}, {6, 16, 1024, 0, XSWIGLU}, {8, 16, 96, 2, XSWIGLU},
 	};
 	int bad = 0;
 	for (const auto &c : cases) bad += !run(c, rng);
