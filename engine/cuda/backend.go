@@ -59,7 +59,7 @@ type BackendOptions struct {
 	// steps of a few rows take their operand through the RMSNorm or
 	// SwiGLU in front of them (fusedOperand); FuseEnv overrides it. Off
 	// by default: on the H100 it made the 4B-shaped batch-1 step slower
-	// (4.02 against 3.84 ms) and the 0.6B-shaped one faster (1.14 against
+	// (4.02 against 3.85 ms) and the 0.6B-shaped one faster (1.14 against
 	// 1.20 ms), same call; docs/BENCHMARKS.md.
 	Fuse string
 	// PDL is PDLOn (the default) or PDLOff: whether kernels launch with
