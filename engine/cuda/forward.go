@@ -529,8 +529,9 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 // through the norm (weight nw) or the SwiGLU (nw 0) in front of it
 // (GemmSkinnyNorm, GemmSkinnySwiGLU): under FuseOn, where the GEMM runs
 // on gemm_skinny anyway (gemmOnSkinny) and the operand fits the block's
-// copy (SkinnyFusedFits). A decode step then launches 6 or 7 kernels a
-// layer instead of 9, but every block builds its own copy of the operand
+// copy (SkinnyFusedFits). A batch-1 decode step then launches 7 kernels
+// a layer instead of 10 (attention's split combine counted), but every
+// block builds its own copy of the operand
 // after the kernel ahead has finished, which under PDL can cost more than
 // the separate kernel it replaces (BackendOptions.Fuse).
 func (b *Backend) fusedOperand(shape GemmShape, x, w, nw DevicePtr) bool {
