@@ -51,8 +51,9 @@ __device__ __forceinline__ unsigned int pack_bf2(float lo, float hi) {
 }
 
 // swiglu1 is SwiGLU of one column, silu(g)·u rounded to bf16; swiglu2 of
-// the two columns of a bf16x2 word (the swiglu kernel's two forms and
-// gemm_skinny's SwiGLU operand, which must round alike).
+// the two columns of a bf16x2 word; swiglu8 of the 8 columns at g and u
+// (16-byte aligned). The swiglu kernel's two forms and gemm_skinny's
+// SwiGLU operand use these, so they round alike.
 __device__ __forceinline__ bf16 swiglu1(bf16 g, bf16 u) {
 	float a = bf2f(g);
 	return f2bf(a / (1.f + expf(-a)) * bf2f(u));
@@ -60,6 +61,10 @@ __device__ __forceinline__ bf16 swiglu1(bf16 g, bf16 u) {
 __device__ __forceinline__ unsigned int swiglu2(unsigned int g, unsigned int u) {
 	return (unsigned int)swiglu1((bf16)(g & 0xffffu), (bf16)(u & 0xffffu)) |
 		((unsigned int)swiglu1((bf16)(g >> 16), (bf16)(u >> 16)) << 16);
+}
+__device__ __forceinline__ uint4 swiglu8(const bf16 *g, const bf16 *u) {
+	uint4 gv = *(const uint4 *)g, uv = *(const uint4 *)u;
+	return make_uint4(swiglu2(gv.x, uv.x), swiglu2(gv.y, uv.y), swiglu2(gv.z, uv.z), swiglu2(gv.w, uv.w));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -110,8 +110,7 @@ __global__ void swiglu(bf16 *out, const bf16 *gu, int I) {
 	bf16 *o = out + (long long)t * I;
 	if ((I & 7) == 0) {
 		for (int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8; i < I; i += blockDim.x * gridDim.y * 8) {
-			uint4 gv = *(const uint4 *)(g + i), uv = *(const uint4 *)(u + i);
-			*(uint4 *)(o + i) = make_uint4(swiglu2(gv.x, uv.x), swiglu2(gv.y, uv.y), swiglu2(gv.z, uv.z), swiglu2(gv.w, uv.w));
+			*(uint4 *)(o + i) = swiglu8(g + i, u + i);
 		}
 		return;
 	}
@@ -695,8 +694,7 @@ __device__ __forceinline__ void gemm_skinny_stage(bf16 *xs, const void *x, const
 		for (int i = threadIdx.x; i < M * per; i += blockDim.x) {
 			int m = i / per, k = (i - m * per) * 8;
 			const bf16 *g = (const bf16 *)x + (long long)m * 2 * K + k;
-			uint4 gv = *(const uint4 *)g, uv = *(const uint4 *)(g + K);
-			*(uint4 *)(xs + m * xstride + k) = make_uint4(swiglu2(gv.x, uv.x), swiglu2(gv.y, uv.y), swiglu2(gv.z, uv.z), swiglu2(gv.w, uv.w));
+			*(uint4 *)(xs + m * xstride + k) = swiglu8(g, g + K);
 		}
 		__syncthreads();
 		return;
