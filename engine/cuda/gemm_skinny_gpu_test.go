@@ -61,23 +61,9 @@ func TestGPUGemmSkinny(t *testing.T) {
 		{"qkv", Q + 2*KV, H, BF16, false}, {"o", H, Q, F32, true}, {"gate_up", 2 * I, H, BF16, false},
 		{"down", H, I, F32, true}, {"lm_head", V, H, F32, false},
 	}
-	e0, err := g.c.NewEvent()
-	g.ok(err)
-	e1, err := g.c.NewEvent()
-	g.ok(err)
-	const reps = 20
-	timeIt := func(f func() error) float64 {
-		g.ok(f()) // first launch: plan, lazy kernel load
-		g.ok(e0.Record(g.s))
-		for i := 0; i < reps; i++ {
-			g.ok(f())
-		}
-		g.ok(e1.Record(g.s))
-		g.ok(e1.Synchronize())
-		ms, err := ElapsedMS(e0, e1)
-		g.ok(err)
-		return float64(ms) / reps
-	}
+	// ms per launch, 20 back to back after an untimed first (plan, lazy
+	// kernel load).
+	timeIt := func(f func() error) float64 { return g.launchMS(20, func(int) error { return f() }) }
 	for _, s := range shapes {
 		w := g.alloc(s.N * s.K * 2)
 		x := up(g, randBF16(r, SkinnyMaxRows*s.K, 1))
@@ -152,22 +138,8 @@ func TestGPUGemmSkinnyFused(t *testing.T) {
 	// replaces, back to back (PDL as newGPU set it), distinct weights
 	// per launch so that none comes from L2.
 	const H, Q, KV, I, reps = 2560, 4096, 1024, 9728, 8
-	e0, err := g.c.NewEvent()
-	g.ok(err)
-	e1, err := g.c.NewEvent()
-	g.ok(err)
-	timeIt := func(f func(i int) error) float64 {
-		g.ok(f(0))
-		g.ok(e0.Record(g.s))
-		for i := 0; i < reps; i++ {
-			g.ok(f(i))
-		}
-		g.ok(e1.Record(g.s))
-		g.ok(e1.Synchronize())
-		ms, err := ElapsedMS(e0, e1)
-		g.ok(err)
-		return float64(ms) * 1e3 / reps
-	}
+	// µs per launch over reps launches, launch i on weights ws[i].
+	timeIt := func(f func(i int) error) float64 { return 1e3 * g.launchMS(reps, f) }
 	x, h, nw := up(g, randF32(r, H, 0, 1)), g.alloc(H*2), up(g, randF32(r, H, 1, 0.1))
 	for _, s := range []struct {
 		name string

@@ -242,3 +242,25 @@ func (g *gpu) checkGemm(r *rand.Rand, name string, c gemmCase, extra int, run fu
 	g.check(name, got[:c.M*c.N], ref, tol)
 	return got[c.M*c.N:]
 }
+
+// launchMS times f on the test stream with CUDA events, for the PERF
+// report lines: f(0) once untimed (plans, lazily loaded kernels), then
+// f(0) … f(reps-1) back to back; it returns the milliseconds per call.
+func (g *gpu) launchMS(reps int, f func(i int) error) float64 {
+	e0, err := g.c.NewEvent()
+	g.ok(err)
+	defer e0.Destroy()
+	e1, err := g.c.NewEvent()
+	g.ok(err)
+	defer e1.Destroy()
+	g.ok(f(0))
+	g.ok(e0.Record(g.s))
+	for i := 0; i < reps; i++ {
+		g.ok(f(i))
+	}
+	g.ok(e1.Record(g.s))
+	g.ok(e1.Synchronize())
+	ms, err := ElapsedMS(e0, e1)
+	g.ok(err)
+	return float64(ms) / float64(reps)
+}

@@ -510,21 +510,8 @@ func TestGPUGemm(t *testing.T) {
 	const M, N, K = 4096, 4096, 4096
 	sh := GemmShape{M: M, N: N, K: K, In: BF16, Out: BF16}
 	xb, wb, yb := up(g, randBF16(r, M*K, 1)), up(g, randBF16(r, N*K, 0.02)), g.alloc(M*N*2)
-	g.ok(b.Gemm(g.s, sh, yb, xb, wb, false))
-	e0, err := g.c.NewEvent()
-	g.ok(err)
-	e1, err := g.c.NewEvent()
-	g.ok(err)
-	const reps = 20
-	g.ok(e0.Record(g.s))
-	for i := 0; i < reps; i++ {
-		g.ok(b.Gemm(g.s, sh, yb, xb, wb, false))
-	}
-	g.ok(e1.Record(g.s))
-	g.ok(e1.Synchronize())
-	ms, err := ElapsedMS(e0, e1)
-	g.ok(err)
-	t.Logf("PERF gemm 4096^3 bf16: %.3f ms, %.0f TFLOP/s", float64(ms)/reps, 2*M*N*K/(float64(ms)/reps*1e-3)/1e12)
+	ms := g.launchMS(20, func(int) error { return b.Gemm(g.s, sh, yb, xb, wb, false) })
+	t.Logf("PERF gemm 4096^3 bf16: %.3f ms, %.0f TFLOP/s", ms, 2*M*N*K/(ms*1e-3)/1e12)
 }
 
 // TestGPUGraphReplay captures embed → RMSNorm → GEMM (+= residual) →
