@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -200,28 +199,34 @@ func TestGemmPath(t *testing.T) {
 	}
 }
 
-// TestPDLMode: programmatic dependent launch is on unless the option or
-// TRENI_CUDA_PDL turns it off; the environment wins; other values are
-// refused with the variable named.
-func TestPDLMode(t *testing.T) {
-	for opt, want := range map[string]string{"": PDLOn, PDLOn: PDLOn, PDLOff: PDLOff} {
-		if m, err := pdlMode(opt); err != nil || m != want {
-			t.Errorf("option %q: %q, %v; want %q", opt, m, err, want)
+// TestOnOffSwitches: PDL is on and fusion off unless the option says
+// otherwise; each variable wins over the option; other values are refused
+// with the variable named.
+func TestOnOffSwitches(t *testing.T) {
+	for _, c := range []struct {
+		env, def, other string
+		mode            func(string) (string, error)
+	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}} {
+		for opt, want := range map[string]string{"": c.def, c.def: c.def, c.other: c.other} {
+			if m, err := c.mode(opt); err != nil || m != want {
+				t.Errorf("%s: option %q gives %q, %v; want %q", c.env, opt, m, err, want)
+			}
 		}
-	}
-	if _, err := pdlMode("maybe"); err == nil || !strings.Contains(err.Error(), PDLEnv) {
-		t.Errorf(`PDL "maybe": %v, want an error naming %s`, err, PDLEnv)
-	}
-	t.Setenv(PDLEnv, PDLOff)
-	if m, err := pdlMode(PDLOn); err != nil || m != PDLOff {
-		t.Errorf("%s=%s over the option: %q, %v", PDLEnv, PDLOff, m, err)
+		if _, err := c.mode("maybe"); err == nil || !strings.Contains(err.Error(), c.env) {
+			t.Errorf(`%s: "maybe" gives %v, want an error naming the variable`, c.env, err)
+		}
+		t.Setenv(c.env, c.other)
+		if m, err := c.mode(c.def); err != nil || m != c.other {
+			t.Errorf("%s=%s over the option %s: %q, %v", c.env, c.other, c.def, m, err)
+		}
+		t.Setenv(c.env, "")
 	}
 }
 
 // TestFusedOperand: the norms and SwiGLU fold into the GEMM after them
 // only under FuseOn (not the default), for the rows gemm_skinny runs and
-// an operand that fits its shared-memory copy; TRENI_CUDA_FUSE overrides
-// the option.
+// an operand that fits its shared-memory copy (TRENI_CUDA_FUSE is in
+// TestOnOffSwitches).
 func TestFusedOperand(t *testing.T) {
 	const x, w, nw = DevicePtr(1 << 20), DevicePtr(2 << 20), DevicePtr(3 << 20)
 	for _, c := range []struct {
@@ -229,36 +234,27 @@ func TestFusedOperand(t *testing.T) {
 		M, K       int
 		nw         DevicePtr
 		want       bool
-		N          int
 	}{
-		{FuseOn, GemmAuto, 1, 2560, nw, true, 0}, {FuseOn, GemmAuto, 8, 2560, nw, true, 0}, {FuseOn, GemmAuto, 8, 2560, 0, true, 0},
-		{FuseOn, GemmAuto, 9, 2560, nw, false, 0},     // past the fused forms' 8 rows
-		{FuseOn, GemmAuto, 8, 4096, nw, false, 0},     // 8 rows of 4,096 do not fit the copy
-		{FuseOn, GemmAuto, 4, 4096, nw, true, 0},      // 4 do
-		{FuseOn, GemmAuto, 1, 9728, 0, true, 0},       // down_proj at batch 1
-		{FuseOn, GemmAuto, 2, 9728, 0, true, 0},       // and at 2
-		{FuseOn, GemmAuto, 3, 9728, 0, false, 0},      // not at 3
-		{FuseOn, GemmAuto, 1, 2560, nw + 4, false, 0}, // a misaligned norm weight
-		{FuseOn, GemmCublasLt, 1, 2560, nw, false, 0},
-		{FuseOff, GemmAuto, 1, 2560, nw, false, 0},
-		{"", GemmAuto, 1, 2560, nw, false, 0}, // off by default
+		{FuseOn, GemmAuto, 1, 2560, nw, true}, {FuseOn, GemmAuto, 8, 2560, nw, true}, {FuseOn, GemmAuto, 8, 2560, 0, true},
+		{FuseOn, GemmAuto, 9, 2560, nw, false},     // past the fused forms' 8 rows
+		{FuseOn, GemmAuto, 8, 4096, nw, false},     // 8 rows of 4,096 do not fit the copy
+		{FuseOn, GemmAuto, 4, 4096, nw, true},      // 4 do
+		{FuseOn, GemmAuto, 1, 9728, 0, true},       // down_proj at batch 1
+		{FuseOn, GemmAuto, 2, 9728, 0, true},       // and at 2
+		{FuseOn, GemmAuto, 3, 9728, 0, false},      // not at 3
+		{FuseOn, GemmAuto, 1, 2560, nw + 4, false}, // a misaligned norm weight
+		{FuseOn, GemmCublasLt, 1, 2560, nw, false},
+		{FuseOff, GemmAuto, 1, 2560, nw, false},
+		{"", GemmAuto, 1, 2560, nw, false}, // off by default
 	} {
 		fuse, err := fuseMode(c.fuse)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := &Backend{opts: BackendOptions{Fuse: fuse, Gemm: c.gemm}}
-		N := cmp.Or(c.N, 4096)
-		if got := b.fusedOperand(GemmShape{M: c.M, N: N, K: c.K, In: BF16, Out: BF16}, x, w, c.nw); got != c.want {
-			t.Errorf("%s/%s, %dx%dx%d, norm weight %#x: fused %v, want %v", c.fuse, c.gemm, c.M, N, c.K, c.nw, got, c.want)
+		if got := b.fusedOperand(GemmShape{M: c.M, N: 4096, K: c.K, In: BF16, Out: BF16}, x, w, c.nw); got != c.want {
+			t.Errorf("%s/%s, %dx%d, norm weight %#x: fused %v, want %v", c.fuse, c.gemm, c.M, c.K, c.nw, got, c.want)
 		}
-	}
-	if _, err := fuseMode("always"); err == nil || !strings.Contains(err.Error(), FuseEnv) {
-		t.Errorf(`fusion "always": %v, want an error naming %s`, err, FuseEnv)
-	}
-	t.Setenv(FuseEnv, FuseOn)
-	if m, err := fuseMode(FuseOff); err != nil || m != FuseOn {
-		t.Errorf("%s=%s over the option: %q, %v", FuseEnv, FuseOn, m, err)
 	}
 }
 
