@@ -80,6 +80,43 @@ func TestGPUGemmSkinny(t *testing.T) {
 	}
 }
 
+// TestGPUGemmSkinnyStream times gemm_skinny at the rows of decode steps
+// (1, 4 and 8) on the layer GEMMs of the 4B and 0.6B shapes, back to back
+// (PDL as newGPU set it) on distinct weights, at least 256 MB of them, so
+// that none comes from the 50 MB L2: the bandwidth the decode step sees,
+// which TestGPUGemmSkinny's table (one weight matrix, L2-warm for the
+// smaller ones) overstates. PERF lines for the report, not assertions;
+// only with TRENI_CUDA_BIG set.
+func TestGPUGemmSkinnyStream(t *testing.T) {
+	if os.Getenv("TRENI_CUDA_BIG") == "" {
+		t.Skip("set TRENI_CUDA_BIG to time gemm_skinny on distinct weights")
+	}
+	g := newGPU(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, s := range []struct {
+		name string
+		N, K int
+		out  DType
+		acc  bool
+	}{
+		{"4B qkv", 6144, 2560, BF16, false}, {"4B o", 2560, 4096, F32, true}, {"4B gate_up", 19456, 2560, BF16, false}, {"4B down", 2560, 9728, F32, true},
+		{"0.6B qkv", 4096, 1024, BF16, false}, {"0.6B o", 1024, 2048, F32, true}, {"0.6B gate_up", 6144, 1024, BF16, false}, {"0.6B down", 1024, 3072, F32, true},
+	} {
+		size := s.N * s.K * 2
+		ws := make([]DevicePtr, max(4, 256<<20/size))
+		for i := range ws {
+			ws[i] = g.alloc(size)
+		}
+		x, y := up(g, randBF16(r, 8*s.K, 1)), g.alloc(8*s.N*4)
+		line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d", s.name, s.N, s.K)
+		for _, M := range []int{1, 4, 8} {
+			ms := g.launchMS(len(ws), func(i int) error { return g.k.GemmSkinny(g.s, y, x, ws[i], M, s.N, s.K, s.out, s.acc) })
+			line += fmt.Sprintf("   M=%d %6.1f us %5.0f GB/s", M, ms*1e3, float64(size)/1e6/ms)
+		}
+		t.Log(line)
+	}
+}
+
 // TestGPUGemmSkinnyFused checks gemm_skinny's fused operand forms on the
 // device against their unfused twins: the RMSNorm operand against the
 // rmsnorm kernel then gemm_skinny (within bf16 rounding: the two sum the

@@ -17,9 +17,11 @@ import (
 // scripts/gpu-cold-bench.sh): per operation, summed over the layers, with
 // CUDA events, for the steps the serve benchmark runs — batch-1 decode,
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
-// at positions 768–1023 beside 63 decoding sequences — and the wall time
-// of a 64-row decode step with logits to the host (Forward) against token
-// ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
+// at positions 768–1023 beside 63 decoding sequences, a 256-token
+// prefill, and the steps of the fresh-prompt run (two whole 1,024-token
+// prompts at the default token budget, four at a budget of 4,096) — and
+// the wall time of a 64-row decode step with logits to the host (Forward)
+// against token ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
 // then on gemm_skinny where it fits, unfused and then with the norms and
 // SwiGLU in front of its GEMMs folded into them where they fit), with
 // attn_mma on four-warp blocks only (flash4) and with paged_attention.
@@ -71,6 +73,19 @@ func TestGPUStepProfile(t *testing.T) {
 		bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: 999, Tokens: toks, Pos: 768, Blocks: tables[seqs-1], WantLogits: false})
 		return bt
 	}
+	// n whole 1,024-token prompts in one step: what a step of the
+	// 64-stream fresh-prompt benchmark runs at a token budget of n·1,024.
+	prompts := func(n int) *sched.Batch {
+		bt := &sched.Batch{}
+		for i := 0; i < n; i++ {
+			toks := make([]int32, 1024)
+			for j := range toks {
+				toks[j] = int32((i*1024+j)*7%5000 + 3)
+			}
+			bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: uint64(100 + i), Tokens: toks, Pos: 0, Blocks: tables[i], WantLogits: true})
+		}
+		return bt
+	}
 	rows := make([][]float32, seqs)
 	for i := range rows {
 		rows[i] = make([]float32, V)
@@ -85,6 +100,8 @@ func TestGPUStepProfile(t *testing.T) {
 		{"decode b64 ctx 1100", decode(seqs, ctxLen)},
 		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
+		{"prefill 2 x 1024 @0", prompts(2)},
+		{"prefill 4 x 1024 @0", prompts(4)},
 	}
 	const reps = 5
 	// Every case with each attention kernel and each GEMM path, side by
