@@ -105,18 +105,30 @@ __device__ __forceinline__ int warp_max_int(int v) {
 }
 
 // pack_bf16x2 rounds two floats to bf16 and packs them as an mma operand
-// register: lo in the low half (the lower column or row index).
+// register: lo in the low half (the lower column or row index). On the
+// device one cvt.rn.bf16x2.f32 does it: the same round to nearest even as
+// f2bf for every finite value and infinity (a NaN comes out as 0x7fff
+// rather than f2bf's 0x7fc0), in one instruction instead of about twelve
+// integer ones, which left attn_mma's softmax bound on the ALU (ncu,
+// docs/BENCHMARKS.md).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
+	unsigned int r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+#else
 __device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
 	return (unsigned int)f2bf(lo) | ((unsigned int)f2bf(hi) << 16);
 }
+#endif
 
 // split_bf16x2 writes a and b as hi + lo pairs of bf16 (hi = bf16(x),
 // lo = bf16(x − hi)), packed like pack_bf16x2: an mma operand with about
 // 16 significant bits, in two products.
 __device__ __forceinline__ void split_bf16x2(float a, float b, unsigned int &hi, unsigned int &lo) {
-	bf16 ha = f2bf(a), hb = f2bf(b);
-	hi = (unsigned int)ha | ((unsigned int)hb << 16);
-	lo = pack_bf16x2(a - bf2f(ha), b - bf2f(hb));
+	hi = pack_bf16x2(a, b);
+	lo = pack_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
 }
 
 // mma_bf16_16816: d += a·b on the tensor cores, one warp, shape m16n8k16,

@@ -415,6 +415,9 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	}
 	const bool active = w * TPW < cnt;
 	const int wmax = warp_max_int(max(rpos[0], rpos[1])); // the warp's last key
+	// The last key its first row sees (rows past the tile left out): key
+	// tiles that end by it and inside the split need no mask.
+	const int wmin = -warp_max_int(-min(rpos[0] < 0 ? 0x7fffffff : rpos[0], rpos[1] < 0 ? 0x7fffffff : rpos[1]));
 
 	unsigned int qa[HD / 16][4];
 #pragma unroll
@@ -474,17 +477,32 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 					mma_bf16_16816(s[nt], qa[ks], b);
 					mma_bf16_16816(s[nt + 1], qa[ks], b + 2);
 				}
-			// Mask (causal, split range, padding rows), scale, online softmax.
+			// Mask (causal, split range, padding rows), scale, online
+			// softmax. Only the tiles on the causal diagonal or at the
+			// split's end mask (the branch is the same for the whole warp);
+			// a padding row in an unmasked tile scores its zero query, and
+			// is never written.
 			float mx[2] = {NEG_INF, NEG_INF};
+			if (k0 + KEYS <= ke && k0 + KEYS - 1 <= wmin) {
 #pragma unroll
-			for (int nt = 0; nt < KEYS / 8; nt++)
+				for (int nt = 0; nt < KEYS / 8; nt++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
-					float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
-					s[nt][e] = v;
-					mx[i] = fmaxf(mx[i], v);
-				}
+					for (int e = 0; e < 4; e++) {
+						float v = s[nt][e] * scale_log2;
+						s[nt][e] = v;
+						mx[e >> 1] = fmaxf(mx[e >> 1], v);
+					}
+			} else {
+#pragma unroll
+				for (int nt = 0; nt < KEYS / 8; nt++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
+						float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
+						s[nt][e] = v;
+						mx[i] = fmaxf(mx[i], v);
+					}
+			}
 			float corr[2];
 #pragma unroll
 			for (int i = 0; i < 2; i++) {
