@@ -372,6 +372,29 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // shared memory) lets eight such blocks share an SM, eight warps computing.
 #define FA1_KEYS 32
 
+// attn_load_tile issues the cp.async copies of KEYS keys from k0 of one
+// KV head's paged cache (K or V) into dst, this thread's share of them;
+// keys at and past ke are zero-filled (P = 0 must not meet NaN). POW2:
+// block_size is 1 << bs_shift.
+template <int HD, int WARPS, int KEYS, bool POW2>
+__device__ __forceinline__ void attn_load_tile(bf16 (*dst)[HD + 8], const bf16 *cache, const int *bt, int k0, int ke, int block_size,
+	int bs_shift, int nkv, int g) {
+	constexpr int CH = HD / 8;                          // 16-byte chunks per key row
+	constexpr int LPT = KEYS * CH / (WARPS * 32); // chunks of K (and of V) per thread per tile
+	const long long gstride = (long long)block_size * HD;
+#pragma unroll
+	for (int u = 0; u < LPT; u++) {
+		int c = threadIdx.x + u * WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
+		bool ok = j < ke;
+		const bf16 *src = cache;
+		if (ok) {
+			int bi = POW2 ? j >> bs_shift : j / block_size, bo = POW2 ? j & (block_size - 1) : j - bi * block_size;
+			src += ((long long)bt[bi] * nkv + g) * gstride + (long long)bo * HD + part * 8;
+		}
+		cp_async16(&dst[key][part * 8], src, ok);
+	}
+}
+
 template <int HD, int WARPS, int KEYS>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
 	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
@@ -432,26 +455,19 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 #pragma unroll
 	for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
 	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-	const long long gstride = (long long)block_size * HD;
-	constexpr int CH = HD / 8;                          // 16-byte chunks per key row
-	constexpr int LPT = KEYS * CH / (WARPS * 32); // chunks of K (and of V) per thread per tile
-
 	// K and V tiles travel by cp.async straight into shared memory, one
 	// stage ahead of their use: V(i) loads while S(i) = Q·K(i)ᵀ and its
 	// softmax run, K(i+1) while O += P·V(i) runs. (Staging each tile
 	// through registers, loaded only after the previous tile was consumed,
 	// left each warp waiting on its loads with nothing else to do: a
 	// 64-sequence decode step's attention ran at about 1.2 TB/s on the
-	// H100.)
+	// H100.) A block size that is a power of two (the default 16) finds
+	// each key's block by a shift instead of an integer division.
+	const bool bs_pow2 = (block_size & (block_size - 1)) == 0;
+	const int bs_shift = __popc(block_size - 1);
 	auto load = [&](bf16 (*dst)[HD + 8], const bf16 *cache, int k0) {
-#pragma unroll
-		for (int u = 0; u < LPT; u++) {
-			int c = threadIdx.x + u * WARPS * 32, key = c / CH, part = c % CH, j = k0 + key;
-			bool ok = j < ke; // keys past the split read as zeros: P = 0 must not meet NaN
-			const bf16 *src = cache;
-			if (ok) src += ((long long)bt[j / block_size] * nkv + g) * gstride + (long long)(j % block_size) * HD + part * 8;
-			cp_async16(&dst[key][part * 8], src, ok);
-		}
+		if (bs_pow2) attn_load_tile<HD, WARPS, KEYS, true>(dst, cache, bt, k0, ke, block_size, bs_shift, nkv, g);
+		else attn_load_tile<HD, WARPS, KEYS, false>(dst, cache, bt, k0, ke, block_size, bs_shift, nkv, g);
 	};
 	load(sk, kcache, kb);
 	cp_async_commit();

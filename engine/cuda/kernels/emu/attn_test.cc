@@ -188,6 +188,9 @@ int main() {
 		{"gqa5-hd64", 5, 1, 64, 16, {{0, 13}, {90, 1}}},
 		// Multi-head attention: 16 tokens per warp, a 64-token tile.
 		{"mha-hd64", 2, 2, 64, 8, {{5, 70}}},
+		// A block size that is not a power of two: keys find their block by
+		// division, not by shift.
+		{"gqa4-bs12", 8, 2, 128, 12, {{40, 20}, {150, 1}}},
 	};
 	bool ok = true;
 	for (const Case &c : cases) ok = run(c, rng) && ok;

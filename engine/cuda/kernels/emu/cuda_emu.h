@@ -153,6 +153,7 @@ inline dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 
 inline void __syncthreads() { emu::block->bar.arrive_and_wait(); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline float __shfl_xor_sync(unsigned, float v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_xor_sync(unsigned, int v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_sync(unsigned, int v, int src) { return emu::shfl(v, src); }
