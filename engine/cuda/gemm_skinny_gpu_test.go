@@ -103,10 +103,7 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 		{"0.6B qkv", 4096, 1024, BF16, false}, {"0.6B o", 1024, 2048, F32, true}, {"0.6B gate_up", 6144, 1024, BF16, false}, {"0.6B down", 1024, 3072, F32, true},
 	} {
 		size := s.N * s.K * 2
-		ws := make([]DevicePtr, max(4, 256<<20/size))
-		for i := range ws {
-			ws[i] = g.alloc(size)
-		}
+		ws := g.distinctWeights(size, max(4, 256<<20/size))
 		x, y := up(g, randBF16(r, 8*s.K, 1)), g.alloc(8*s.N*4)
 		line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d", s.name, s.N, s.K)
 		for _, M := range []int{1, 4, 8} {
@@ -182,10 +179,7 @@ func TestGPUGemmSkinnyFused(t *testing.T) {
 		name string
 		N    int
 	}{{"qkv", Q + 2*KV}, {"gate_up", 2 * I}} {
-		ws := make([]DevicePtr, reps)
-		for i := range ws {
-			ws[i] = g.alloc(s.N * H * 2)
-		}
+		ws := g.distinctWeights(s.N*H*2, reps)
 		y := g.alloc(s.N * 2)
 		two := timeIt(func(i int) error {
 			if err := g.k.RMSNorm(g.s, h, x, nw, 1, H, eps); err != nil {
@@ -195,14 +189,8 @@ func TestGPUGemmSkinnyFused(t *testing.T) {
 		})
 		one := timeIt(func(i int) error { return g.k.GemmSkinnyNorm(g.s, y, x, nw, ws[i], 1, s.N, H, eps, BF16) })
 		t.Logf("PERF fused %-7s M=1 N=%-5d K=%-4d  rmsnorm + gemm_skinny %6.1f us   gemm_skinny_m8_norm   %6.1f us", s.name, s.N, H, two, one)
-		for _, p := range ws {
-			g.c.Free(p)
-		}
 	}
-	ws := make([]DevicePtr, reps)
-	for i := range ws {
-		ws[i] = g.alloc(H * I * 2)
-	}
+	ws := g.distinctWeights(H*I*2, reps)
 	gu, act, y := up(g, randBF16(r, 2*I, 1)), g.alloc(I*2), g.alloc(H*4)
 	two := timeIt(func(i int) error {
 		if err := g.k.SwiGLU(g.s, act, gu, 1, I); err != nil {

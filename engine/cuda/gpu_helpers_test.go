@@ -243,6 +243,18 @@ func (g *gpu) checkGemm(r *rand.Rand, name string, c gemmCase, extra int, run fu
 	return got[c.M*c.N:]
 }
 
+// distinctWeights allocates n weight matrices of size bytes each (freed
+// with the test), for PERF timings that give every launch its own, so
+// that no launch finds its weights in L2 from the one before.
+func (g *gpu) distinctWeights(size, n int) []DevicePtr {
+	g.t.Helper()
+	ws := make([]DevicePtr, n)
+	for i := range ws {
+		ws[i] = g.alloc(size)
+	}
+	return ws
+}
+
 // launchMS times f on the test stream with CUDA events, for the PERF
 // report lines: f(0) once untimed (plans, lazily loaded kernels), then
 // f(0) … f(reps-1) back to back; it returns the milliseconds per call.
