@@ -66,6 +66,12 @@ type BackendOptions struct {
 	// programmatic dependent launch where the device and driver allow it
 	// (Kernels.SetPDL); PDLEnv overrides it.
 	PDL string
+	// SkinnyNarrow is SkinnyNarrowAuto (the default), SkinnyNarrowOn or
+	// SkinnyNarrowOff: which GEMMs of up to 8 rows gemm_skinny runs on
+	// blocks of 8 output features (Kernels.SetSkinnyNarrow): by default
+	// those whose 16-feature blocks would be fewer than two per SM;
+	// SkinnyNarrowEnv overrides it.
+	SkinnyNarrow string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
 	// and its graph's capture; see warmup.go); those costs then fall on
@@ -299,6 +305,35 @@ const PDLEnv = "TRENI_CUDA_PDL"
 // pdlMode resolves BackendOptions.PDL and PDLEnv.
 func pdlMode(opt string) (string, error) {
 	return envChoice("programmatic dependent launch", PDLEnv, opt, PDLOn, PDLOff)
+}
+
+// Settings of BackendOptions.SkinnyNarrow.
+const (
+	SkinnyNarrowAutoMode = "auto"
+	SkinnyNarrowOn       = "on"
+	SkinnyNarrowOff      = "off"
+)
+
+// SkinnyNarrowEnv overrides BackendOptions.SkinnyNarrow when set (auto,
+// on or off), so benchmarks can compare the block shapes on one binary.
+const SkinnyNarrowEnv = "TRENI_CUDA_SKINNY_N8"
+
+// skinnyNarrowMode resolves BackendOptions.SkinnyNarrow and
+// SkinnyNarrowEnv.
+func skinnyNarrowMode(opt string) (string, error) {
+	return envChoice("gemm_skinny block width", SkinnyNarrowEnv, opt, SkinnyNarrowAutoMode, SkinnyNarrowOn, SkinnyNarrowOff)
+}
+
+// skinnyNarrowN is the largest N mode runs on 8-feature blocks on a GPU
+// of sms multiprocessors.
+func skinnyNarrowN(mode string, sms int) int {
+	switch mode {
+	case SkinnyNarrowOn:
+		return 1 << 30
+	case SkinnyNarrowOff:
+		return 0
+	}
+	return SkinnyNarrowAuto(sms)
 }
 
 // SkinnyAutoRows is the most rows GemmAuto gives gemm_skinny once

@@ -199,14 +199,14 @@ func TestGemmPath(t *testing.T) {
 	}
 }
 
-// TestOnOffSwitches: PDL is on and fusion off unless the option says
-// otherwise; each variable wins over the option; other values are refused
+// TestOnOffSwitches: PDL is on, fusion off and gemm_skinny's block width
+// automatic unless the option says otherwise; each variable wins over the option; other values are refused
 // with the variable named.
 func TestOnOffSwitches(t *testing.T) {
 	for _, c := range []struct {
 		env, def, other string
 		mode            func(string) (string, error)
-	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}} {
+	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}, {SkinnyNarrowEnv, SkinnyNarrowAutoMode, SkinnyNarrowOff, skinnyNarrowMode}} {
 		for opt, want := range map[string]string{"": c.def, c.def: c.def, c.other: c.other} {
 			if m, err := c.mode(opt); err != nil || m != want {
 				t.Errorf("%s: option %q gives %q, %v; want %q", c.env, opt, m, err, want)
@@ -220,6 +220,20 @@ func TestOnOffSwitches(t *testing.T) {
 			t.Errorf("%s=%s over the option %s: %q, %v", c.env, c.other, c.def, m, err)
 		}
 		t.Setenv(c.env, "")
+	}
+}
+
+// TestSkinnyNarrowN: the 8-feature blocks take, by default, the GEMMs
+// whose 16-feature blocks would be at most 1.5 per SM (on an H100's 132:
+// the 4B and 0.6B o_proj and down_proj, N = 2,560 and 1,024, not the 0.6B
+// qkv's 4,096); on takes every N, off none.
+func TestSkinnyNarrowN(t *testing.T) {
+	auto := skinnyNarrowN(SkinnyNarrowAutoMode, 132)
+	if auto != 132*24 || auto < 2560 || auto >= 4096 {
+		t.Errorf("auto on 132 SMs: N ≤ %d", auto)
+	}
+	if on, off := skinnyNarrowN(SkinnyNarrowOn, 132), skinnyNarrowN(SkinnyNarrowOff, 132); on < 151936 || off != 0 {
+		t.Errorf("on: N ≤ %d, off: N ≤ %d", on, off)
 	}
 }
 

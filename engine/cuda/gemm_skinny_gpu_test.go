@@ -9,8 +9,9 @@ import (
 )
 
 // TestGPUGemmSkinny checks gemm_skinny against a float64 reference for
-// every token-tile width, partly filled tiles, the three output modes and
-// shapes of the Qwen3 checkpoints; rows past M must stay untouched. Then,
+// every token-tile width, partly filled tiles, the three output modes,
+// 8-feature blocks and shapes of the Qwen3 checkpoints; rows past M must
+// stay untouched. Then,
 // for the report (PERF lines, not assertions), it times gemm_skinny beside
 // cuBLASLt on the 4B-shaped layer GEMMs and LM head at 1–64 rows: the
 // figures behind SkinnyAutoRows (docs/BENCHMARKS.md).
@@ -34,6 +35,20 @@ func TestGPUGemmSkinny(t *testing.T) {
 			}
 		}
 	}
+	// The 8-feature blocks (gemm_skinny_n8_m8) on the same kind of cases.
+	g.k.SetSkinnyNarrow(1 << 30)
+	for _, c := range []gemmCase{{1, 2560, 9728, F32, true}, {1, 6144, 2560, BF16, false}, {3, 96, 64, F32, false}, {8, 1024, 3072, F32, true}, {5, 48, 4128, BF16, false}} {
+		name := "gemm_skinny n8 " + c.String()
+		for i, v := range g.checkGemm(r, name, c, 1, func(y, x, w DevicePtr) error {
+			return g.k.GemmSkinny(g.s, y, x, w, c.M, c.N, c.K, c.out, c.acc)
+		}) {
+			if v == v {
+				t.Errorf("%s wrote row %d (column %d) past M", name, c.M, i)
+				break
+			}
+		}
+	}
+	g.k.SetSkinnyNarrow(0)
 	if err := g.k.GemmSkinny(g.s, g.alloc(64), g.alloc(64), g.alloc(64), 65, 16, 32, F32, false); err == nil {
 		t.Error("gemm_skinny took 65 rows")
 	}
@@ -81,7 +96,8 @@ func TestGPUGemmSkinny(t *testing.T) {
 }
 
 // TestGPUGemmSkinnyStream times gemm_skinny at the rows of decode steps
-// (1, 4 and 8) on the layer GEMMs of the 4B and 0.6B shapes, back to back
+// (1, 4 and 8), on 16- and on 8-feature blocks, on the layer GEMMs of the
+// 4B and 0.6B shapes, back to back
 // (PDL as newGPU set it) on distinct weights, at least 256 MB of them, so
 // that none comes from the 50 MB L2: the bandwidth the decode step sees,
 // which TestGPUGemmSkinny's table (one weight matrix, L2-warm for the
@@ -105,12 +121,20 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 		size := s.N * s.K * 2
 		ws := g.distinctWeights(size, max(4, 256<<20/size))
 		x, y := up(g, randBF16(r, 8*s.K, 1)), g.alloc(8*s.N*4)
-		line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d", s.name, s.N, s.K)
-		for _, M := range []int{1, 4, 8} {
-			ms := g.launchMS(len(ws), func(i int) error { return g.k.GemmSkinny(g.s, y, x, ws[i], M, s.N, s.K, s.out, s.acc) })
-			line += fmt.Sprintf("   M=%d %6.1f us %5.0f GB/s", M, ms*1e3, float64(size)/1e6/ms)
+		for _, narrow := range []bool{false, true} {
+			form := "16-wide"
+			if narrow {
+				g.k.SetSkinnyNarrow(1 << 30)
+				form = "8-wide"
+			}
+			line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d %s", s.name, s.N, s.K, form)
+			for _, M := range []int{1, 4, 8} {
+				ms := g.launchMS(len(ws), func(i int) error { return g.k.GemmSkinny(g.s, y, x, ws[i], M, s.N, s.K, s.out, s.acc) })
+				line += fmt.Sprintf("   M=%d %6.1f us %5.0f GB/s", M, ms*1e3, float64(size)/1e6/ms)
+			}
+			t.Log(line)
+			g.k.SetSkinnyNarrow(0)
 		}
-		t.Log(line)
 	}
 }
 

@@ -44,7 +44,7 @@ type ringResult struct {
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
 // opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL,
-// opts.Fuse and opts.Stage are used here.
+// opts.Fuse, opts.SkinnyNarrow and opts.Stage are used here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
@@ -60,6 +60,9 @@ func Start(opts BackendOptions) (*Starter, error) {
 		return nil, err
 	}
 	if opts.Fuse, err = fuseMode(opts.Fuse); err != nil {
+		return nil, err
+	}
+	if opts.SkinnyNarrow, err = skinnyNarrowMode(opts.SkinnyNarrow); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -104,6 +107,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	}
 	if err == nil {
 		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL, opts.Fuse = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL, b.opts.Fuse
+		opts.SkinnyNarrow = b.opts.SkinnyNarrow
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
@@ -294,6 +298,8 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 		return err
 	}
 	pdl := b.k.SetPDL(b.opts.PDL == PDLOn, b.info)
+	narrow := skinnyNarrowN(b.opts.SkinnyNarrow, b.info.SMs)
+	b.k.SetSkinnyNarrow(narrow)
 	moduleMS := msSince(t0)
 	t1 := time.Now()
 	br := <-s.blas
@@ -308,7 +314,8 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	}
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
-		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl})
+		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl,
+		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow})
 	return nil
 }
 

@@ -14,7 +14,7 @@ func KernelNames() []string {
 		"rope_table", "qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
 		"attn_mma_w1_hd128", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
-		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu",
+		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu", "gemm_skinny_n8_m8",
 		"argmax_f32", "sample_f32",
 	}
 }
@@ -48,7 +48,25 @@ type Kernels struct {
 	// pdl launches every kernel with programmatic dependent launch
 	// (SetPDL).
 	pdl bool
+	// narrowN is the largest N that GemmSkinny of up to 8 rows runs on
+	// 8-feature blocks (SetSkinnyNarrow); 0: never.
+	narrowN int
 }
+
+// SetSkinnyNarrow makes GemmSkinny run GEMMs of up to 8 rows and at most
+// maxN outputs on blocks of 8 output features (gemm_skinny_n8_m8) rather
+// than 16, twice the blocks: for N/16 too few to give every SM its share
+// of the weight stream. 0 turns it off.
+func (k *Kernels) SetSkinnyNarrow(maxN int) { k.narrowN = maxN }
+
+// SkinnyNarrowAuto is the largest N the backend runs on 8-feature blocks
+// by default on a GPU of sms multiprocessors: where 16-feature blocks
+// would be at most 1.5 per SM. On the H100 (132 SMs) that takes the 4B
+// o_proj and down_proj (N = 2,560: 160 blocks → 320) and the 0.6B ones
+// (1,024), which streamed their weights 7–15% faster at one row, and
+// leaves the 0.6B qkv (4,096: 256 blocks), which was 7% slower on them
+// (TestGPUGemmSkinnyStream, docs/BENCHMARKS.md).
+func SkinnyNarrowAuto(sms int) int { return 24 * sms }
 
 // SetPDL turns programmatic dependent launch on or off for the kernels
 // launched from now on: each may then be scheduled while the kernel ahead
@@ -462,8 +480,11 @@ func (k *Kernels) gemmSkinny(s *Stream, name string, y, x, w, nw DevicePtr, M, N
 	case accumulate:
 		mode = 2
 	}
+	grid := uint32(N / 16)
 	if name == "" {
 		switch {
+		case M <= 8 && N <= k.narrowN:
+			name, grid = "gemm_skinny_n8_m8", uint32(N/8)
 		case M <= 8:
 			name = "gemm_skinny_m8"
 		case M <= 16:
@@ -475,7 +496,7 @@ func (k *Kernels) gemmSkinny(s *Stream, name string, y, x, w, nw DevicePtr, M, N
 		}
 	}
 	k.args.Reset().Ptr(y).Ptr(x).Ptr(w).I32(int32(M)).I32(int32(N)).I32(int32(K)).I32(mode).Ptr(nw).F32(eps)
-	return k.launch(name, Dim3{uint32(N / 16), 1, 1}, Dim3{skinnyThreads, 1, 1}, s)
+	return k.launch(name, Dim3{grid, 1, 1}, Dim3{skinnyThreads, 1, 1}, s)
 }
 
 // Argmax writes out[r] (int32) = argmax of logits row r (f32, rows of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,18 +29,7 @@ import (
 // Eager steps (graphs off), KV contents zero: attention costs do not
 // depend on the values.
 func TestGPUStepProfile(t *testing.T) {
-	dir := os.Getenv("TRENI_PROFILE_MODEL")
-	if dir == "" {
-		t.Skip("TRENI_PROFILE_MODEL not set")
-	}
-	if _, err := LoadDriver(); err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	ck, err := model.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck, _ := profileModel(t)
 	const BS, seqs, ctxLen = 16, 64, 1100
 	perSeq := (ctxLen + 300 + BS - 1) / BS
 	NB := perSeq * seqs
@@ -178,9 +168,115 @@ func TestGPUStepProfile(t *testing.T) {
 	}
 }
 
+// profileModel opens the checkpoint TRENI_PROFILE_MODEL names (closed
+// with the test), skipping without it or without a CUDA driver.
+func profileModel(t *testing.T) (*model.Checkpoint, string) {
+	t.Helper()
+	dir := os.Getenv("TRENI_PROFILE_MODEL")
+	if dir == "" {
+		t.Skip("TRENI_PROFILE_MODEL not set")
+	}
+	if _, err := LoadDriver(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	ck, err := model.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return ck, dir
+}
+
 // profCase is one step of TestGPUStepProfile with one attention kernel
 // and one GEMM path.
 type profCase struct {
 	mode, gemm, fuse, name string
 	bt                     *sched.Batch
+}
+
+// TestGPUDecodeLoop splits a batch-1 decode step of a real-sized
+// checkpoint (TRENI_PROFILE_MODEL) into device and host time: the wall
+// time of ForwardTokens steps one after another, as the scheduler runs
+// them (graph replay, device-side greedy choice, the token id back), and
+// the device time of the same step's graph replayed back to back on the
+// stream with nothing in between (CUDA events). The difference is what the
+// backend's host path adds to every token: the metadata upload, the hand
+// off to the CUDA thread and back, the launch, the wait. PERF lines for
+// the report, not assertions.
+func TestGPUDecodeLoop(t *testing.T) {
+	ck, dir := profileModel(t)
+	const BS, steps, start = 16, 200, 60
+	blocks := make([]int32, (start+steps+1+BS-1)/BS)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	be, err := NewBackend(ck, BackendOptions{NumBlocks: len(blocks), BlockSize: BS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	ctx := context.Background()
+	choice := make([]sched.TokenChoice, 1)
+	toks := []int32{1}
+	step := func(pos int) {
+		bt := &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: []int32{toks[0]}, Pos: pos, Blocks: blocks, WantLogits: true}}}
+		if err := be.ForwardTokens(ctx, bt, choice, toks, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Warm: plans, the bucket's graph captured.
+	for p := 0; p < start; p++ {
+		step(p)
+	}
+	if be.GraphLaunches() == 0 {
+		t.Fatal("no decode graph was replayed: the loop would time eager steps")
+	}
+	t0 := time.Now()
+	for p := start; p < start+steps; p++ {
+		step(p)
+	}
+	wall := float64(time.Since(t0).Microseconds()) / 1000 / steps
+	// The graph of the last step, replayed back to back: its metadata
+	// (position start+steps−1) is still on the device.
+	var dev float64
+	be.mu.Lock()
+	err = be.r.Do(ctx, func() error {
+		g := be.graphs[1]
+		if g == nil {
+			return fmt.Errorf("no bucket-1 graph")
+		}
+		e0, err := be.c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer e0.Destroy()
+		e1, err := be.c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer e1.Destroy()
+		if err := e0.Record(be.s); err != nil {
+			return err
+		}
+		for i := 0; i < steps; i++ {
+			if err := g.Launch(be.s); err != nil {
+				return err
+			}
+		}
+		if err := e1.Record(be.s); err != nil {
+			return err
+		}
+		if err := e1.Synchronize(); err != nil {
+			return err
+		}
+		ms, err := ElapsedMS(e0, e1)
+		dev = float64(ms) / steps
+		return err
+	})
+	be.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DECODE b1 %s (%d layers): ForwardTokens %.3f ms/step (wall, %d steps from position %d); graph replay %.3f ms/step (device, back to back); host path %.3f ms/step",
+		filepath.Base(dir), ck.Config.NumLayers, wall, steps, start, dev, wall-dev)
 }

@@ -44,12 +44,6 @@ __device__ __forceinline__ bf16 f2bf(float f) {
 	} while (0)
 #endif
 
-// pack_bf2 rounds two floats to bf16 and packs them as a bf16x2 word, lo
-// at the lower address.
-__device__ __forceinline__ unsigned int pack_bf2(float lo, float hi) {
-	return (unsigned int)f2bf(lo) | ((unsigned int)f2bf(hi) << 16);
-}
-
 // swiglu1 is SwiGLU of one column, silu(g)·u rounded to bf16; swiglu2 of
 // the two columns of a bf16x2 word; swiglu8 of the 8 columns at g and u
 // (16-byte aligned). The swiglu kernel's two forms and gemm_skinny's

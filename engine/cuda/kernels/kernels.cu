@@ -354,11 +354,11 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 //
 // Split-KV: gridDim.z = Z splits the tile's keys [0, n) into Z ranges of
 // whole key tiles, for when tiles × KV heads alone would leave the GPU
-// idle (decode of a few long sequences). Z = 1 writes out directly; Z > 1
-// writes each split's unnormalised output and (max, sum) to part_acc and
-// part_ml, and attn_combine merges them. Each tile divides its own key
-// count, so a CUDA graph captured with a fixed Z stays right as contexts
-// grow.
+// idle (decode of a few long sequences). Z = 1, or a split that covers
+// all of a tile's keys, writes out directly; otherwise each split writes
+// its unnormalised output and (max, sum) to part_acc and part_ml, and
+// attn_combine merges them. Each tile divides its own key count, so a
+// CUDA graph captured with a fixed Z stays right as contexts grow.
 //
 // tiles holds (first token row, token count) per tile; grid (tiles, nkv,
 // Z), block WARPS·32 (FA_WARPS, or 1 for attn_mma_w1_*, whose tiles hold
@@ -413,6 +413,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	int per = (n + Z - 1) / Z;
 	per = (per + KEYS - 1) / KEYS * KEYS;
 	const int kb = z * per, ke = min(n, kb + per);
+	const bool whole = kb == 0 && ke == n; // this split has every key
 
 	// This thread's two rows (gid, gid + 8) of its warp's 16.
 	int rtok[2], rhead[2], rpos[2];
@@ -438,8 +439,9 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	}
 	const bool active = w * TPW < cnt;
 	const int wmax = warp_max_int(max(rpos[0], rpos[1])); // the warp's last key
-	// The last key its first row sees (rows past the tile left out): key
-	// tiles that end by it and inside the split need no mask.
+	// The smallest position among the warp's valid rows (rows past the
+	// tile left out): the last key every one of them sees, so key tiles
+	// that end by it and inside the split need no mask.
 	const int wmin = -warp_max_int(-min(rpos[0] < 0 ? 0x7fffffff : rpos[0], rpos[1] < 0 ? 0x7fffffff : rpos[1]));
 
 	unsigned int qa[HD / 16][4];
@@ -590,12 +592,18 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	for (int i = 0; i < 2; i++) {
 		if (rpos[i] < 0) continue;
 		long long row = (long long)rtok[i] * nh + rhead[i];
-		if (Z == 1) {
+		if (whole) {
 			float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
 			bf16 *dst = out + row * HD + tig * 2;
 #pragma unroll
 			for (int d = 0; d < HD / 8; d++)
 				*(unsigned int *)(dst + d * 8) = pack_bf16x2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+			// The other splits are empty: nothing for attn_combine to merge.
+			if (Z > 1 && tig == 0) {
+				long long pr = row * Z + z;
+				part_ml[2 * pr] = NEG_INF;
+				part_ml[2 * pr + 1] = 0.f;
+			}
 		} else {
 			long long pr = row * Z + z;
 			float *dst = part_acc + pr * HD + tig * 2;
@@ -610,6 +618,39 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 			}
 		}
 	}
+}
+
+// FA_MAX_SPLITS is the most KV splits (gridDim.z) attn_mma takes (≤ 32:
+// attn_combine gives each split a lane).
+#define FA_MAX_SPLITS 16
+
+// split_weight is split z's weight in the merge of a row's split
+// partials, 2^(m_z−M) / Σ l·2^(m_z−M) with M the largest m of a split that
+// saw keys (l > 0), for the lane z < Z that holds split z's (m, l) (the
+// other lanes pass l = 0); 0 for an empty split. none: every split was
+// empty (one split held every key and wrote the row itself).
+__device__ __forceinline__ float split_weight(float m, float l, bool &none) {
+	const bool has = l > 0.f;
+	const float M = warp_max(has ? m : NEG_INF);
+	none = M == NEG_INF;
+	if (none) return 0.f;
+	const float e = has ? exp2f(m - M) : 0.f;
+	return e / warp_sum(l * e);
+}
+
+// split_merge is row's output at column d, Σ_z weight_z · acc_z over the
+// Z splits (weights wz[z]; a split of weight 0 is not read): every
+// split's load issued before the sum, so a row costs one round trip to
+// memory, not one per split.
+__device__ __forceinline__ bf16 split_merge(const float *part_acc, const float *wz, long long row, int Z, int hd, int d) {
+	float v[FA_MAX_SPLITS];
+#pragma unroll
+	for (int z = 0; z < FA_MAX_SPLITS; z++) v[z] = z < Z && wz[z] != 0.f ? part_acc[(row * Z + z) * hd + d] : 0.f;
+	float a = 0.f;
+#pragma unroll
+	for (int z = 0; z < FA_MAX_SPLITS; z++)
+		if (z < Z) a += v[z] * wz[z];
+	return f2bf(a);
 }
 
 extern "C" {
@@ -632,26 +673,29 @@ __global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mm
 __global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS>(ATTN_MMA_PASS); }
 
 // attn_combine merges attn_mma's Z split partials of each (token, head)
-// row: out = Σ acc_z·2^(m_z−M) / Σ l_z·2^(m_z−M), M the largest m_z. A
-// split that saw no key (l = 0) has weight 0 and its acc is not read.
-// grid (T, nh), any block size.
+// row: one warp turns the Z (max, sum) pairs into weights at once
+// (split_weight), then each thread merges its columns (split_merge). It
+// used to loop over the splits one load after another, twice for the
+// weights and again per column: ~4 µs of each layer of a batch-1 decode
+// step on the H100, now about 2 µs less (docs/BENCHMARKS.md). A row whose
+// partials are all empty was written whole by one split. grid (T, nh),
+// block ≥ 32 threads.
 __global__ void attn_combine(bf16 *out, const float *part_acc, const float *part_ml, int nh, int hd, int Z) {
 	KERNEL_ENTRY();
-	long long row = (long long)blockIdx.x * nh + blockIdx.y;
-	const float *ml = part_ml + row * Z * 2;
-	float M = NEG_INF;
-	for (int z = 0; z < Z; z++)
-		if (ml[2 * z + 1] > 0.f) M = fmaxf(M, ml[2 * z]);
-	float L = 0.f;
-	for (int z = 0; z < Z; z++)
-		if (ml[2 * z + 1] > 0.f) L += ml[2 * z + 1] * exp2f(ml[2 * z] - M);
-	float inv = L > 0.f ? 1.f / L : 0.f;
-	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-		float a = 0.f;
-		for (int z = 0; z < Z; z++)
-			if (ml[2 * z + 1] > 0.f) a += part_acc[(row * Z + z) * hd + d] * exp2f(ml[2 * z] - M);
-		out[row * hd + d] = f2bf(a * inv);
+	__shared__ float wz[FA_MAX_SPLITS];
+	__shared__ bool none;
+	const long long row = (long long)blockIdx.x * nh + blockIdx.y;
+	const int lane = threadIdx.x & 31;
+	if (threadIdx.x < 32) {
+		const float *ml = part_ml + row * Z * 2;
+		bool empty;
+		const float wt = split_weight(lane < Z ? ml[2 * lane] : NEG_INF, lane < Z ? ml[2 * lane + 1] : 0.f, empty);
+		if (lane < Z) wz[lane] = wt;
+		if (lane == 0) none = empty;
 	}
+	__syncthreads();
+	if (none) return;
+	for (int d = threadIdx.x; d < hd; d += blockDim.x) out[row * hd + d] = split_merge(part_acc, wz, row, Z, hd, d);
 }
 
 } // extern "C"
@@ -755,7 +799,7 @@ __device__ __forceinline__ void gemm_skinny_stage(bf16 *xs, const void *x, const
 		for (int k = k0 + lane * 4; k < k0 + seg; k += 128) {
 			float4 v = *(const float4 *)(r + k), w4 = *(const float4 *)(nw + k);
 			*(uint2 *)(xs + m * xstride + k) =
-				make_uint2(pack_bf2(v.x * scale * w4.x, v.y * scale * w4.y), pack_bf2(v.z * scale * w4.z, v.w * scale * w4.w));
+				make_uint2(pack_bf16x2(v.x * scale * w4.x, v.y * scale * w4.y), pack_bf16x2(v.z * scale * w4.z, v.w * scale * w4.w));
 		}
 	}
 	__syncthreads();
@@ -826,6 +870,68 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const b
 	}
 }
 
+// gemm_skinny_n8: gemm_skinny_m8 (M ≤ 8, bf16 X) on blocks of 8 output
+// features instead of 16, for GEMMs whose N/16 blocks would leave SMs
+// without one (the 4B o_proj and down_proj: 160 blocks for 132 SMs; the
+// 0.6B ones: 64). W is the mma's B operand (16 k × 8 features) and X its
+// A operand (16 token rows, the upper 8 zero), with the same k
+// permutation: lane (g, c) loads W[n0+g][8c … 8c+7] and X[g][8c … 8c+7]
+// of each 32-wide chunk, one 16-byte load each, the two mma k16 steps
+// taking words (x, y) and (z, w). Twice the chunks in flight a warp
+// (GS_N8_UNROLL), so a warp keeps as many bytes of W in flight as the
+// 16-feature form. Warp w takes chunks w, w + GS_WARPS, … as there; the
+// partial sums are added in the same fixed order.
+#define GS_N8_UNROLL 8
+
+// gemm_skinny_n8_chunk multiplies one chunk: wv is this lane's 16 bytes
+// of W, xr its X row (g) at 8c, k the chunk's first column.
+__device__ __forceinline__ void gemm_skinny_n8_chunk(float acc[4], uint4 wv, const bf16 *xr, int M, int k, int g) {
+	uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+	if (g < M) xv = *(const uint4 *)(xr + k);
+	unsigned a0[4] = {xv.x, 0u, xv.y, 0u}, b0[2] = {wv.x, wv.y};
+	mma_bf16_16816(acc, a0, b0);
+	unsigned a1[4] = {xv.z, 0u, xv.w, 0u}, b1[2] = {wv.z, wv.w};
+	mma_bf16_16816(acc, a1, b1);
+}
+
+__device__ __forceinline__ void gemm_skinny_n8_body(void *y, const void *x, const bf16 *w, int M, int N, int K, int mode) {
+	__shared__ float red[GS_WARPS * 64];
+	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+	int n0 = blockIdx.x * 8;
+	const bf16 *wr = w + (long long)(n0 + g) * K + 8 * c;
+	// X row g of this lane (rows ≥ M are not read).
+	const bf16 *xr = (const bf16 *)x + (long long)g * K + 8 * c;
+	int chunks = K >> 5, ch = wid;
+	uint4 wv[GS_N8_UNROLL];
+	bool loaded = ch + (GS_N8_UNROLL - 1) * GS_WARPS < chunks;
+	if (loaded)
+		for (int u = 0; u < GS_N8_UNROLL; u++) wv[u] = ld_stream16(wr + (ch + u * GS_WARPS) * 32);
+	KERNEL_ENTRY();
+	float acc[4] = {0.f, 0.f, 0.f, 0.f};
+	for (; ch + (GS_N8_UNROLL - 1) * GS_WARPS < chunks; ch += GS_N8_UNROLL * GS_WARPS) {
+		if (!loaded)
+			for (int u = 0; u < GS_N8_UNROLL; u++) wv[u] = ld_stream16(wr + (ch + u * GS_WARPS) * 32);
+		loaded = false;
+		for (int u = 0; u < GS_N8_UNROLL; u++) gemm_skinny_n8_chunk(acc, wv[u], xr, M, (ch + u * GS_WARPS) * 32, g);
+	}
+	for (; ch < chunks; ch += GS_WARPS) gemm_skinny_n8_chunk(acc, ld_stream16(wr + ch * 32), xr, M, ch * 32, g);
+	// d[0], d[1]: token g, features 2c, 2c+1 (d[2], d[3] are token rows
+	// 8–15, zero).
+	red[(wid * 32 + lane) * 2] = acc[0];
+	red[(wid * 32 + lane) * 2 + 1] = acc[1];
+	__syncthreads();
+	for (int e = threadIdx.x; e < 64; e += blockDim.x) {
+		int l = e >> 1, m = l >> 2;
+		if (m >= M) continue;
+		float s = 0.f;
+		for (int v = 0; v < GS_WARPS; v++) s += red[v * 64 + e];
+		long long o = (long long)m * N + n0 + 2 * (l & 3) + (e & 1);
+		if (mode == 0) ((bf16 *)y)[o] = f2bf(s);
+		else if (mode == 1) ((float *)y)[o] = s;
+		else ((float *)y)[o] += s;
+	}
+}
+
 extern "C" {
 
 // gemm_skinny_m8 … m64: gemm_skinny for M ≤ 8, 16, 32, 64 on a bf16 X;
@@ -840,6 +946,9 @@ __global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m32(GEMM_SKINNY_ARG
 __global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m64(GEMM_SKINNY_ARGS) { gemm_skinny_body<8, GS_X_BF16>(GEMM_SKINNY_PASS); }
 __global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8_norm(GEMM_SKINNY_ARGS) { gemm_skinny_body<1, GS_X_NORM>(GEMM_SKINNY_PASS); }
 __global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_m8_swiglu(GEMM_SKINNY_ARGS) { gemm_skinny_body<1, GS_X_SWIGLU>(GEMM_SKINNY_PASS); }
+// gemm_skinny_n8_m8: gemm_skinny_m8 on 8-feature blocks (N % 8 == 0);
+// grid (N/8), block GS_WARPS·32. nw and eps are not read.
+__global__ void __launch_bounds__(GS_WARPS * 32) gemm_skinny_n8_m8(GEMM_SKINNY_ARGS) { gemm_skinny_n8_body(y, x, w, M, N, K, mode); }
 
 } // extern "C"
 

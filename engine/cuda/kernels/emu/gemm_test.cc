@@ -3,7 +3,8 @@
 // width (m8, m16, m32, m64) at row counts that fill a tile and that leave
 // it partly empty, K that fills the unrolled loop exactly and that leaves
 // a tail for the single-chunk loop, the three output modes (bf16, f32,
-// f32 +=), and the two fused operand forms of m8: RMSNorm of an f32
+// f32 +=), the 8-feature form of m8 (gemm_skinny_n8_m8), and the two fused
+// operand forms of m8: RMSNorm of an f32
 // residual (against the reference within bf16 rounding) and SwiGLU of
 // gate|up (bit for bit against the swiglu kernel followed by plain m8).
 // X rows at and past M hold NaN and Y rows past M a sentinel, so a read
@@ -31,6 +32,7 @@ enum XForm { XBF16, XNORM, XSWIGLU };
 struct Case {
 	int M, N, K, mode;
 	XForm xf = XBF16;
+	bool n8 = false; // gemm_skinny_n8_m8 (8-feature blocks) instead of m8
 };
 
 bool run(const Case &c, std::mt19937 &rng) {
@@ -95,7 +97,11 @@ bool run(const Case &c, std::mt19937 &rng) {
 		default: gemm_skinny_m64(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f);
 		}
 	};
-	emu::launch(dim3{(unsigned)(N / 16), 1, 1}, dim3{GS_WARPS * 32, 1, 1}, kernel);
+	if (c.n8)
+		emu::launch(dim3{(unsigned)(N / 8), 1, 1}, dim3{GS_WARPS * 32, 1, 1},
+			[&] { gemm_skinny_n8_m8(y, x.data(), w.data(), M, N, K, c.mode, nullptr, 0.f); });
+	else
+		emu::launch(dim3{(unsigned)(N / 16), 1, 1}, dim3{GS_WARPS * 32, 1, 1}, kernel);
 	bool twin = true;
 	if (c.xf == XSWIGLU) {
 		std::vector<bf16> act((size_t)rows * K, nan);
@@ -127,8 +133,8 @@ bool run(const Case &c, std::mt19937 &rng) {
 	double tol = c.mode == 0 || c.xf != XBF16 ? 4e-3 : 1e-5;
 	bool ok = rel <= tol && untouched && twin && std::isfinite(rel);
 	static const char *forms[] = {"bf16", "norm", "swiglu"};
-	std::printf("%s M=%-2d N=%-3d K=%-4d mode=%d x=%-6s rel_l2=%.2e%s%s\n", ok ? "ok  " : "FAIL", M, N, K, c.mode, forms[c.xf], rel,
-		untouched ? "" : " (wrote rows past M)", twin ? "" : " (differs from swiglu + m8)");
+	std::printf("%s M=%-2d N=%-3d K=%-4d mode=%d x=%-6s%s rel_l2=%.2e%s%s\n", ok ? "ok  " : "FAIL", M, N, K, c.mode, forms[c.xf],
+		c.n8 ? " n8" : "   ", rel, untouched ? "" : " (wrote rows past M)", twin ? "" : " (differs from swiglu + m8)");
 	return ok;
 }
 
@@ -140,6 +146,8 @@ int main() {
 	// K = 1056: one more chunk for the single-chunk loop; K = 96: only it.
 	std::vector<Case> cases = {
 		{1, 48, 1024, 0}, {1, 32, 1056, 1}, {1, 16, 96, 2},
+		// A long K: 129 chunks, four unrolled passes and a tail chunk.
+		{2, 16, 4128, 2},
 		{5, 32, 1056, 2}, {8, 16, 1024, 0},
 		{9, 16, 1056, 0}, {16, 32, 96, 1},
 		{17, 16, 1056, 2}, {32, 16, 1024, 1},
@@ -148,6 +156,10 @@ int main() {
 		// warps without a row, a full tile; both K loops.
 		{1, 48, 1024, 0, XNORM}, {3, 32, 1056, 2, XNORM}, {8, 16, 96, 1, XNORM}, {5, 16, 1024, 2, XNORM},
 		{1, 32, 1056, 2, XSWIGLU}, {6, 16, 1024, 0, XSWIGLU}, {8, 16, 96, 2, XSWIGLU},
+		// The 8-feature form: N a multiple of 8 only, both K loops (an
+		// unrolled pass is 8 chunks × 8 warps: K = 2,048), partly filled
+		// token rows.
+		{1, 40, 2048, 0, XBF16, true}, {5, 24, 2080, 2, XBF16, true}, {8, 8, 96, 1, XBF16, true}, {3, 16, 4128, 2, XBF16, true},
 	};
 	int bad = 0;
 	for (const auto &c : cases) bad += !run(c, rng);
