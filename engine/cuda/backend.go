@@ -72,6 +72,12 @@ type BackendOptions struct {
 	// those whose 16-feature blocks would be fewer than two per SM;
 	// SkinnyNarrowEnv overrides it.
 	SkinnyNarrow string
+	// RunnerSpin is RunnerSpinOn (the default) or RunnerSpinOff: whether,
+	// once loaded, the backend's CUDA thread and its callers poll for each
+	// other's hand-over instead of blocking at once (Runner.SetSpin; a
+	// core busy while a step runs, the GPU's wait between steps shorter);
+	// RunnerSpinEnv overrides it.
+	RunnerSpin string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
 	// and its graph's capture; see warmup.go); those costs then fall on
@@ -305,6 +311,39 @@ const PDLEnv = "TRENI_CUDA_PDL"
 // pdlMode resolves BackendOptions.PDL and PDLEnv.
 func pdlMode(opt string) (string, error) {
 	return envChoice("programmatic dependent launch", PDLEnv, opt, PDLOn, PDLOff)
+}
+
+// Settings of BackendOptions.RunnerSpin.
+const (
+	RunnerSpinOn  = "on"
+	RunnerSpinOff = "off"
+)
+
+// RunnerSpinEnv overrides BackendOptions.RunnerSpin when set (on or off),
+// so benchmarks can compare the two on one binary.
+const RunnerSpinEnv = "TRENI_CUDA_RUNNER_SPIN"
+
+// runnerSpinMode resolves BackendOptions.RunnerSpin and RunnerSpinEnv.
+func runnerSpinMode(opt string) (string, error) {
+	return envChoice("CUDA thread polling", RunnerSpinEnv, opt, RunnerSpinOn, RunnerSpinOff)
+}
+
+// The spinning runner's poll budgets: the CUDA thread waits this long for
+// the next call (a decode loop's next step comes tens of µs after the
+// last), and a step's caller this long for its result (a decode step of a
+// few ms; a longer prefill step blocks after it).
+const (
+	runnerNextSpin   = 200 * time.Microsecond
+	runnerResultSpin = 20 * time.Millisecond
+)
+
+// spinAfterLoad turns the runner's polling on for a loaded backend under
+// RunnerSpinOn. Not during the load: its upload readers want every core
+// (a load with a polling runner ran slower on the H100, docs/BENCHMARKS.md).
+func (b *Backend) spinAfterLoad() {
+	if b.opts.RunnerSpin == RunnerSpinOn {
+		b.r.SetSpin(runnerNextSpin, runnerResultSpin)
+	}
 }
 
 // Settings of BackendOptions.SkinnyNarrow.

@@ -199,14 +199,15 @@ func TestGemmPath(t *testing.T) {
 	}
 }
 
-// TestOnOffSwitches: PDL is on, fusion off and gemm_skinny's block width
-// automatic unless the option says otherwise; each variable wins over the option; other values are refused
+// TestOnOffSwitches: PDL is on, fusion off, gemm_skinny's block width
+// automatic and the CUDA thread polling unless the option says otherwise; each variable wins over the option; other values are refused
 // with the variable named.
 func TestOnOffSwitches(t *testing.T) {
 	for _, c := range []struct {
 		env, def, other string
 		mode            func(string) (string, error)
-	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}, {SkinnyNarrowEnv, SkinnyNarrowAutoMode, SkinnyNarrowOff, skinnyNarrowMode}} {
+	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}, {SkinnyNarrowEnv, SkinnyNarrowAutoMode, SkinnyNarrowOff, skinnyNarrowMode},
+		{RunnerSpinEnv, RunnerSpinOn, RunnerSpinOff, runnerSpinMode}} {
 		for opt, want := range map[string]string{"": c.def, c.def: c.def, c.other: c.other} {
 			if m, err := c.mode(opt); err != nil || m != want {
 				t.Errorf("%s: option %q gives %q, %v; want %q", c.env, opt, m, err, want)

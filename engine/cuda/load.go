@@ -44,7 +44,8 @@ type ringResult struct {
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
 // opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL,
-// opts.Fuse, opts.SkinnyNarrow and opts.Stage are used here.
+// opts.Fuse, opts.SkinnyNarrow, opts.RunnerSpin and opts.Stage are used
+// here.
 func Start(opts BackendOptions) (*Starter, error) {
 	mode, err := uploadMode(opts.Upload)
 	if err != nil {
@@ -63,6 +64,9 @@ func Start(opts BackendOptions) (*Starter, error) {
 		return nil, err
 	}
 	if opts.SkinnyNarrow, err = skinnyNarrowMode(opts.SkinnyNarrow); err != nil {
+		return nil, err
+	}
+	if opts.RunnerSpin, err = runnerSpinMode(opts.RunnerSpin); err != nil {
 		return nil, err
 	}
 	d, err := LoadDriver()
@@ -107,7 +111,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	}
 	if err == nil {
 		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL, opts.Fuse = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL, b.opts.Fuse
-		opts.SkinnyNarrow = b.opts.SkinnyNarrow
+		opts.SkinnyNarrow, opts.RunnerSpin = b.opts.SkinnyNarrow, b.opts.RunnerSpin
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
@@ -127,6 +131,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		s.release()
 		return nil, err
 	}
+	b.spinAfterLoad()
 	return b, nil
 }
 
