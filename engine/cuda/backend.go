@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -73,10 +74,10 @@ type BackendOptions struct {
 	// SkinnyNarrowEnv overrides it.
 	SkinnyNarrow string
 	// RunnerSpin is RunnerSpinOn (the default) or RunnerSpinOff: whether,
-	// once loaded, the backend's CUDA thread and its callers poll for each
-	// other's hand-over instead of blocking at once (Runner.SetSpin; a
-	// core busy while a step runs, the GPU's wait between steps shorter);
-	// RunnerSpinEnv overrides it.
+	// once loaded and with four or more Go processors, the backend's CUDA
+	// thread and its callers poll for each other's hand-over instead of
+	// blocking at once (Runner.SetSpin; a core busy while a step runs,
+	// the GPU's wait between steps shorter); RunnerSpinEnv overrides it.
 	RunnerSpin string
 	// NoLoadWarmup skips the warm-up that runs while the weights upload
 	// (the batch-1 decode step's cuBLASLt plans and lazily loaded kernels,
@@ -341,10 +342,17 @@ const (
 // RunnerSpinOn. Not during the load: its upload readers want every core
 // (a load with a polling runner ran slower on the H100, docs/BENCHMARKS.md).
 func (b *Backend) spinAfterLoad() {
-	if b.opts.RunnerSpin == RunnerSpinOn {
+	if runnerPolls(b.opts.RunnerSpin, runtime.GOMAXPROCS(0)) {
 		b.r.SetSpin(runnerNextSpin, runnerResultSpin)
 	}
 }
+
+// runnerPolls says whether the runner polls under mode with procs Go
+// processors: only with cores to spare. The CUDA thread polls without
+// yielding (its goroutine is locked to the thread), so with one or two
+// processors it would hold the processor the caller needs to hand it the
+// next call.
+func runnerPolls(mode string, procs int) bool { return mode == RunnerSpinOn && procs >= 4 }
 
 // Settings of BackendOptions.SkinnyNarrow.
 const (

@@ -238,6 +238,20 @@ func TestSkinnyNarrowN(t *testing.T) {
 	}
 }
 
+// TestRunnerPolls: the CUDA runner polls under RunnerSpinOn with four or
+// more Go processors, never under RunnerSpinOff.
+func TestRunnerPolls(t *testing.T) {
+	for _, c := range []struct {
+		mode  string
+		procs int
+		want  bool
+	}{{RunnerSpinOn, 16, true}, {RunnerSpinOn, 4, true}, {RunnerSpinOn, 2, false}, {RunnerSpinOn, 1, false}, {RunnerSpinOff, 16, false}} {
+		if got := runnerPolls(c.mode, c.procs); got != c.want {
+			t.Errorf("%s with %d processors: polls %v", c.mode, c.procs, got)
+		}
+	}
+}
+
 // TestFusedOperand: the norms and SwiGLU fold into the GEMM after them
 // only under FuseOn (not the default), for the rows gemm_skinny runs and
 // an operand that fits its shared-memory copy (TRENI_CUDA_FUSE is in
