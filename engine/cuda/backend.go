@@ -70,8 +70,8 @@ type BackendOptions struct {
 	// SkinnyNarrow is SkinnyNarrowAuto (the default), SkinnyNarrowOn or
 	// SkinnyNarrowOff: which GEMMs of up to 8 rows gemm_skinny runs on
 	// blocks of 8 output features (Kernels.SetSkinnyNarrow): by default
-	// those whose 16-feature blocks would be fewer than two per SM;
-	// SkinnyNarrowEnv overrides it.
+	// those whose 16-feature blocks would be at most 1.5 per SM
+	// (SkinnyNarrowAuto); SkinnyNarrowEnv overrides it.
 	SkinnyNarrow string
 	// RunnerSpin is RunnerSpinOn (the default) or RunnerSpinOff: whether,
 	// once loaded and with four or more Go processors, the backend's CUDA

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -107,6 +108,26 @@ func TestSampleUniformIsStable(t *testing.T) {
 	}
 	if sched.SplitMix64(0) != 0xe220a8397b1dcdaf {
 		t.Fatalf("SplitMix64(0) = %#x", sched.SplitMix64(0))
+	}
+}
+
+// TestKernelConstantsMatch: the launch shapes and limits the Go side
+// assumes are the ones kernels.cu is written for (a mismatch would launch
+// a kernel with a grid or split count it does not cover, and nothing
+// would fail loudly: attn_combine, for one, reads FA_MAX_SPLITS splits at
+// most).
+func TestKernelConstantsMatch(t *testing.T) {
+	b, err := os.ReadFile("kernels/kernels.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"FA_MAX_SPLITS": flashMaxSplit, "FA_WARPS": flashWarps, "GS_WARPS": skinnyThreads / 32} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)`).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("kernels.cu defines no %s", name)
+		} else if got := string(m[1]); got != strconv.Itoa(want) {
+			t.Errorf("kernels.cu: %s is %s, the Go side assumes %d", name, got, want)
+		}
 	}
 }
 
