@@ -37,7 +37,20 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 
 // rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
 // (the next GEMM's input). grid (T), block a multiple of 32.
-__global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
+//
+// The norm weight is no kernel's output, so each thread loads its first
+// RMS_PREFETCH values of it before KERNEL_ENTRY: under PDL that load's
+// latency passes while the kernel ahead finishes, instead of after the
+// sum of squares (a batch-1 decode step runs two of these a layer, ~2.5 µs
+// each on the H100, docs/BENCHMARKS.md).
+#define RMS_PREFETCH 4
+__device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const float *w, int H, float eps) {
+	float wv[RMS_PREFETCH];
+#pragma unroll
+	for (int j = 0; j < RMS_PREFETCH; j++) {
+		int i = threadIdx.x + j * blockDim.x;
+		wv[j] = i < H ? w[i] : 0.f;
+	}
 	KERNEL_ENTRY();
 	__shared__ float red[32];
 	int t = blockIdx.x;
@@ -47,7 +60,15 @@ __global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const
 	ss = block_sum(ss, red);
 	float scale = rsqrtf(ss / (float)H + eps);
 	bf16 *o = out + (long long)t * H;
-	for (int i = threadIdx.x; i < H; i += blockDim.x) o[i] = f2bf(xr[i] * scale * w[i]);
+#pragma unroll
+	for (int j = 0; j < RMS_PREFETCH; j++) {
+		int i = threadIdx.x + j * blockDim.x;
+		if (i < H) o[i] = f2bf(xr[i] * scale * wv[j]);
+	}
+	for (int i = threadIdx.x + RMS_PREFETCH * blockDim.x; i < H; i += blockDim.x) o[i] = f2bf(xr[i] * scale * w[i]);
+}
+__global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
+	rmsnorm_body(out, x, w, H, eps);
 }
 
 // add_rmsnorm: x[t] += d[t] (residual add), then out[t] = RMSNorm(x[t]) * w.
@@ -149,17 +170,31 @@ __global__ void rope_table(float *cs, const double *inv_freq, const int *pos, in
 // grid (T, ceil((nh + 2 nkv) / ROPE_HEADS)), block 32·ROPE_HEADS.
 #define ROPE_HEADS 4
 #define ROPE_PAIRS 4
-__global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qnorm,
+__device__ __forceinline__ void qk_norm_rope_store_body(bf16 *qkv, const float *bias, const float *qnorm,
 	const float *knorm, const float *cs, const int *slots, bf16 *kcache, bf16 *vcache, int nh, int nkv, int hd,
 	int block_size, float eps) {
-	KERNEL_ENTRY();
 	int t = blockIdx.x, h = blockIdx.y * ROPE_HEADS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	int half = hd / 2;
+	bool isq = h < nh, isk = !isq && h < nh + nkv;
+	const float *b = bias && h < nh + 2 * nkv ? bias + h * hd : 0;
+	const float *nw = isq ? qnorm : (isk ? knorm : 0);
+	// The bias and the norm weights are no kernel's output: loaded before
+	// KERNEL_ENTRY, their latency passes under PDL while the QKV GEMM
+	// finishes (as rmsnorm's weight does).
+	float blo[ROPE_PAIRS], bhi[ROPE_PAIRS], nlo[ROPE_PAIRS], nhi[ROPE_PAIRS];
+#pragma unroll
+	for (int k = 0; k < ROPE_PAIRS; k++) {
+		int i = lane + 32 * k;
+		bool in = i < half;
+		blo[k] = b && in ? b[i] : 0.f;
+		bhi[k] = b && in ? b[i + half] : 0.f;
+		nlo[k] = nw && in ? nw[i] : 0.f;
+		nhi[k] = nw && in ? nw[i + half] : 0.f;
+	}
+	KERNEL_ENTRY();
 	if (h >= nh + 2 * nkv) return; // the last block's spare warps (no barrier below)
 	int stride = (nh + 2 * nkv) * hd;
 	bf16 *row = qkv + (long long)t * stride + h * hd;
-	const float *b = bias ? bias + h * hd : 0;
-	int half = hd / 2;
-	bool isq = h < nh, isk = !isq && h < nh + nkv;
 	float lo[ROPE_PAIRS], hi[ROPE_PAIRS];
 #pragma unroll
 	for (int k = 0; k < ROPE_PAIRS; k++) {
@@ -171,12 +206,11 @@ __global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv,
 			hi[k] = bf2f(row[i + half]);
 			if (b) {
 				// Round after the bias add as a bf16 linear layer would.
-				lo[k] = bf2f(f2bf(lo[k] + b[i]));
-				hi[k] = bf2f(f2bf(hi[k] + b[i + half]));
+				lo[k] = bf2f(f2bf(lo[k] + blo[k]));
+				hi[k] = bf2f(f2bf(hi[k] + bhi[k]));
 			}
 		}
 	}
-	const float *nw = isq ? qnorm : (isk ? knorm : 0);
 	if (nw) {
 		float ss = 0.f;
 #pragma unroll
@@ -187,8 +221,8 @@ __global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv,
 		for (int k = 0; k < ROPE_PAIRS; k++) {
 			int i = lane + 32 * k;
 			if (i < half) {
-				lo[k] = lo[k] * scale * nw[i];
-				hi[k] = hi[k] * scale * nw[i + half];
+				lo[k] = lo[k] * scale * nlo[k];
+				hi[k] = hi[k] * scale * nhi[k];
 			}
 		}
 	}
@@ -215,6 +249,11 @@ __global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv,
 		dst[i] = f2bf(a);
 		dst[i + half] = f2bf(c);
 	}
+}
+__global__ void __launch_bounds__(32 * ROPE_HEADS) qk_norm_rope_store(bf16 *qkv, const float *bias, const float *qnorm,
+	const float *knorm, const float *cs, const int *slots, bf16 *kcache, bf16 *vcache, int nh, int nkv, int hd,
+	int block_size, float eps) {
+	qk_norm_rope_store_body(qkv, bias, qnorm, knorm, cs, slots, kcache, vcache, nh, nkv, hd, block_size, eps);
 }
 
 // paged_attention: causal grouped-query attention over the paged KV cache
