@@ -200,8 +200,9 @@ func TestGemmPath(t *testing.T) {
 }
 
 // TestOnOffSwitches: PDL is on, fusion off, gemm_skinny's block width
-// automatic and the CUDA thread polling unless the option says otherwise; each variable wins over the option; other values are refused
-// with the variable named.
+// automatic and the CUDA thread polling unless the option says otherwise;
+// each variable wins over the option; other values are refused with the
+// variable named.
 func TestOnOffSwitches(t *testing.T) {
 	for _, c := range []struct {
 		env, def, other string
@@ -221,6 +222,24 @@ func TestOnOffSwitches(t *testing.T) {
 			t.Errorf("%s=%s over the option %s: %q, %v", c.env, c.other, c.def, m, err)
 		}
 		t.Setenv(c.env, "")
+	}
+}
+
+// TestStartRefusesBadOptions: Start settles every environment-overridable
+// option before it touches the driver, so a value none of them takes is
+// refused there, GPU or not, naming the option's variable.
+func TestStartRefusesBadOptions(t *testing.T) {
+	var probe BackendOptions
+	for i := range probe.envOptions() {
+		var o BackendOptions
+		*o.envOptions()[i].v = "maybe"
+		s, err := Start(o)
+		if err == nil || errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), "TRENI_CUDA_") {
+			if s != nil {
+				s.Abort()
+			}
+			t.Errorf("option %d set to \"maybe\": %v, want an error naming its variable", i, err)
+		}
 	}
 }
 

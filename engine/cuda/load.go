@@ -41,39 +41,36 @@ type ringResult struct {
 	ms   float64
 }
 
+// envOption is a BackendOptions field that its environment variable may
+// override, with the function that resolves the two.
+type envOption struct {
+	v       *string
+	resolve func(string) (string, error)
+}
+
+// envOptions lists o's environment-overridable fields, in the order
+// Start resolves them: Start settles each once, and Load keeps Start's
+// values.
+func (o *BackendOptions) envOptions() []envOption {
+	return []envOption{{&o.Upload, uploadMode}, {&o.Attention, attentionMode}, {&o.Gemm, gemmMode}, {&o.PDL, pdlMode},
+		{&o.Fuse, fuseMode}, {&o.SkinnyNarrow, skinnyNarrowMode}, {&o.RunnerSpin, runnerSpinMode}}
+}
+
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
 // machine without one) and starts bringing device opts.Device up. Only
-// opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL,
-// opts.Fuse, opts.SkinnyNarrow, opts.RunnerSpin and opts.Stage are used
-// here.
+// opts.Device, the fields of envOptions and opts.Stage are used here.
 func Start(opts BackendOptions) (*Starter, error) {
-	mode, err := uploadMode(opts.Upload)
-	if err != nil {
-		return nil, err
+	for _, e := range opts.envOptions() {
+		var err error
+		if *e.v, err = e.resolve(*e.v); err != nil {
+			return nil, err
+		}
 	}
-	if opts.Attention, err = attentionMode(opts.Attention); err != nil {
-		return nil, err
-	}
-	if opts.Gemm, err = gemmMode(opts.Gemm); err != nil {
-		return nil, err
-	}
-	if opts.PDL, err = pdlMode(opts.PDL); err != nil {
-		return nil, err
-	}
-	if opts.Fuse, err = fuseMode(opts.Fuse); err != nil {
-		return nil, err
-	}
-	if opts.SkinnyNarrow, err = skinnyNarrowMode(opts.SkinnyNarrow); err != nil {
-		return nil, err
-	}
-	if opts.RunnerSpin, err = runnerSpinMode(opts.RunnerSpin); err != nil {
-		return nil, err
-	}
+	mode := opts.Upload
 	d, err := LoadDriver()
 	if err != nil {
 		return nil, err
 	}
-	opts.Upload = mode
 	b := &Backend{opts: opts, r: NewRunner(), graphs: map[int]*Graph{}, d: d}
 	s := &Starter{b: b, initErr: make(chan error, 1), blas: make(chan blasResult, 1), ring: make(chan ringResult, 1)}
 	// Both goroutines send exactly once into buffered channels that Load
@@ -96,9 +93,9 @@ func Start(opts BackendOptions) (*Starter, error) {
 	return s, nil
 }
 
-// Load finishes the backend over ck with opts (opts.Device and opts.Upload
-// are the ones Start was given). On error everything Start began is
-// released.
+// Load finishes the backend over ck with opts (opts.Device and the fields
+// of envOptions are the ones Start settled). On error everything Start
+// began is released.
 func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
 	if s.used {
 		return nil, errors.New("cuda: Starter.Load called twice")
@@ -110,8 +107,11 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		err = initErr
 	}
 	if err == nil {
-		opts.Device, opts.Upload, opts.Attention, opts.Gemm, opts.PDL, opts.Fuse = b.opts.Device, b.opts.Upload, b.opts.Attention, b.opts.Gemm, b.opts.PDL, b.opts.Fuse
-		opts.SkinnyNarrow, opts.RunnerSpin = b.opts.SkinnyNarrow, b.opts.RunnerSpin
+		opts.Device = b.opts.Device
+		kept := b.opts.envOptions()
+		for i, e := range opts.envOptions() {
+			*e.v = *kept[i].v
+		}
 		b.opts, b.cfg = opts, ck.Config
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
