@@ -164,9 +164,10 @@ type Backend struct {
 	sampleHost              HostBuffer
 	flashD                  DevicePtr // attn_mma's split partials, capScratch bytes (flashScratchFor)
 	capScratch              int
-	metaTableRows           int // block-table rows of the metadata in hostMeta
-	metaTiles               int // attention tiles of the metadata in hostMeta
-	metaWarpTiles           int // how many of them come first and run on one warp
+	flashRes                FlashResidency // attn_mma blocks a multiprocessor holds (loadKernels)
+	metaTableRows           int            // block-table rows of the metadata in hostMeta
+	metaTiles               int            // attention tiles of the metadata in hostMeta
+	metaWarpTiles           int            // how many of them come first and run on one warp
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int

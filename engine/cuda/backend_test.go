@@ -116,12 +116,14 @@ func TestPadRows(t *testing.T) {
 }
 
 // TestFlashSplits: each launch's splits fill one wave of resident blocks
-// (eight one-warp or two four-warp blocks per multiprocessor), the step
+// (here eight one-warp or two four-warp blocks per multiprocessor, the
+// H100's for these kernels as built in November 2026), the step
 // takes the larger, and the scratch holds the splits of the steps that
 // matter: any decode-only step, and a full step of decodes beside a long
 // chunk.
 func TestFlashSplits(t *testing.T) {
 	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4
+	res := FlashResidency{W1: 8, W4: 2}
 	for _, c := range []struct{ warp, tiles, sms, want int }{
 		{64, 64, 132, 2},  // 64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits
 		{1, 1, 132, 16},   // batch-1 decode: as many as allowed
@@ -131,17 +133,17 @@ func TestFlashSplits(t *testing.T) {
 		{63, 187, 132, 2}, // 63 decodes beside a 1,985-token chunk: the decodes' 2
 		{0, 64, 132, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
 	} {
-		if got := FlashSplits(a, c.warp, c.tiles, c.sms); got != c.want {
+		if got := FlashSplits(a, res, c.warp, c.tiles, c.sms); got != c.want {
 			t.Errorf("FlashSplits(warp %d, tiles %d, %d SMs) = %d, want %d", c.warp, c.tiles, c.sms, got, c.want)
 		}
 	}
 	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
-	b.info.SMs = 132
+	b.info.SMs, b.flashRes = 132, res
 	fits := func(warp, big, T int) { // T token rows, scratch sized for T
 		t.Helper()
 		capT := T
 		b.capScratch = b.flashScratchFor(capT)
-		want := FlashSplits(a, warp, warp+big, b.info.SMs)
+		want := FlashSplits(a, res, warp, warp+big, b.info.SMs)
 		if got := b.flashSplits(T, warp, warp+big); got != want {
 			t.Errorf("%d warp + %d big tiles, %d rows, capacity %d: scratch allows %d splits, FlashSplits %d", warp, big, T, capT, got, want)
 		}

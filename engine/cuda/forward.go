@@ -333,7 +333,7 @@ func (b *Backend) attnShape() AttnShape {
 // flashScratchFor is the split scratch for steps of up to capT token rows:
 // room for two splits of every row (a full step of decodes beside a long
 // chunk: FlashSplits gives 2 on the H100), and for the splits of steps of
-// few tiles, whose rows × splits stay under capT + 2·SMs·tileTokens/KVHeads
+// few tiles, whose rows × splits stay under capT + W1·SMs·warpTokens/KVHeads
 // (at most 16·capT). A step that would need more gets fewer splits
 // (flashSplits).
 func (b *Backend) flashScratchFor(capT int) int {
@@ -341,7 +341,7 @@ func (b *Backend) flashScratchFor(capT int) int {
 	if !b.useFlash() {
 		return 0
 	}
-	rows := min(flashMaxSplit*capT, max(2*capT, capT+flashW1PerSM*max(b.info.SMs, 1)*FlashWarpTokens(a)/a.KVHeads+flashMaxSplit))
+	rows := min(flashMaxSplit*capT, max(2*capT, capT+max(b.flashRes.W1, 1)*max(b.info.SMs, 1)*FlashWarpTokens(a)/a.KVHeads+flashMaxSplit))
 	return rows * a.Heads * (a.HeadDim + 2) * 4
 }
 
@@ -350,7 +350,7 @@ func (b *Backend) flashScratchFor(capT int) int {
 // partials fit the scratch.
 func (b *Backend) flashSplits(T, warpTiles, tiles int) int {
 	a := b.attnShape()
-	z := FlashSplits(a, warpTiles, tiles, b.info.SMs)
+	z := FlashSplits(a, b.flashRes, warpTiles, tiles, b.info.SMs)
 	for z > 1 && FlashScratchBytes(a, T, z) > b.capScratch {
 		z--
 	}

@@ -56,6 +56,19 @@ func (m *Module) Function(name string) (*Function, error) {
 	return f, nil
 }
 
+// ResidentBlocks is how many blocks of threads threads (and dynSmem bytes
+// of dynamic shared memory) of this kernel one multiprocessor holds at
+// once, as the driver works it out from the kernel's registers and shared
+// memory.
+func (f *Function) ResidentBlocks(threads, dynSmem int) (int, error) {
+	var n C.int
+	if err := f.c.d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+		C.tt_cuOccupancyMaxActiveBlocksPerMultiprocessor(f.c.d.c, &n, f.f, C.int(threads), C.size_t(dynSmem))); err != nil {
+		return 0, fmt.Errorf("kernel %s: %w", f.Name, err)
+	}
+	return int(n), nil
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 

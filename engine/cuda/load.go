@@ -305,6 +305,11 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	pdl := b.k.SetPDL(b.opts.PDL == PDLOn, b.info)
 	narrow := skinnyNarrowN(b.opts.SkinnyNarrow, b.info.SMs)
 	b.k.SetSkinnyNarrow(narrow)
+	if FlashSupported(b.attnShape()) {
+		if b.flashRes, err = b.k.FlashResidency(b.cfg.HeadDim); err != nil {
+			return err
+		}
+	}
 	moduleMS := msSince(t0)
 	t1 := time.Now()
 	br := <-s.blas
@@ -320,7 +325,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
 		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl,
-		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow})
+		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.W4}})
 	return nil
 }
 

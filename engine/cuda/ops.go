@@ -317,33 +317,53 @@ func FlashTileTokens(a AttnShape) int { return flashWarps * FlashWarpTokens(a) }
 // (attn_mma_w1): 16/G.
 func FlashWarpTokens(a AttnShape) int { return 16 / (a.Heads / a.KVHeads) }
 
-// Resident attn_mma blocks per multiprocessor, as registers allow (ptxas,
-// sm_90: attn_mma_w1_hd128 255 registers × 32 threads, attn_mma_hd128 240
-// × 128; docs/gpu-runs/2026-11-25-h100-s3-run3-cuda-check.txt).
-const (
-	flashW1PerSM = 8
-	flashW4PerSM = 2
-)
+// FlashResidency is how many attn_mma blocks of each form one
+// multiprocessor holds at once: W1 one-warp blocks, W4 four-warp ones.
+// Registers and shared memory decide it, so it is the driver's answer for
+// the loaded kernels (Kernels.FlashResidency), not a constant that a
+// kernel change would leave stale (on the H100, 8 and 2 for head dim 128
+// as built in November 2026).
+type FlashResidency struct{ W1, W4 int }
+
+// FlashResidency asks the driver how many blocks of each attn_mma form
+// for head dim hd fit on a multiprocessor.
+func (k *Kernels) FlashResidency(hd int) (FlashResidency, error) {
+	w1, w4 := "attn_mma_w1_hd128", "attn_mma_hd128"
+	if hd == 64 {
+		w1, w4 = "attn_mma_w1_hd64", "attn_mma_hd64"
+	}
+	var r FlashResidency
+	var err error
+	if r.W1, err = k.fn[w1].ResidentBlocks(32, 0); err != nil {
+		return r, err
+	}
+	if r.W4, err = k.fn[w4].ResidentBlocks(flashWarps*32, 0); err != nil {
+		return r, err
+	}
+	if r.W1 < 1 || r.W4 < 1 {
+		return r, fmt.Errorf("%w: attn_mma for head dim %d fits %d one-warp and %d four-warp blocks on a multiprocessor", ErrBadLaunch, hd, r.W1, r.W4)
+	}
+	return r, nil
+}
 
 // FlashSplits is the number of KV splits (attn_mma's gridDim.z) for a step
 // of tiles tiles, the first warpTiles of them on one warp each, on a GPU
-// of sms multiprocessors. The two launches run one after the other, so
-// each is sized on its own: as many splits as still fit its blocks in one
-// wave of resident blocks (flashW1PerSM one-warp or flashW4PerSM four-warp
-// blocks per multiprocessor), and the step takes the larger of the two
-// (the other launch's extra splits only shorten its blocks' key ranges),
-// at most flashMaxSplit, at least 1. One wave: a second, part-filled wave
-// cost the 64-sequence decode step's attention more than the longer key
-// ranges of fewer splits (H100 ncu: 1.45 waves, 52% of DRAM bandwidth).
-// It depends on the tile counts only, so a decode graph's bucket always
-// gets the same value.
-func FlashSplits(a AttnShape, warpTiles, tiles, sms int) int {
+// of sms multiprocessors holding res blocks each. The two launches run
+// one after the other, so each is sized on its own: as many splits as
+// still fit its blocks in one wave of resident blocks, and the step takes
+// the larger of the two (the other launch's extra splits only shorten its
+// blocks' key ranges), at most flashMaxSplit, at least 1. One wave: a
+// second, part-filled wave cost the 64-sequence decode step's attention
+// more than the longer key ranges of fewer splits (H100 ncu: 1.45 waves,
+// 52% of DRAM bandwidth). It depends on the tile counts only, so a decode
+// graph's bucket always gets the same value.
+func FlashSplits(a AttnShape, res FlashResidency, warpTiles, tiles, sms int) int {
 	z := 1
 	if warpTiles > 0 {
-		z = max(z, flashW1PerSM*sms/(warpTiles*a.KVHeads))
+		z = max(z, max(res.W1, 1)*sms/(warpTiles*a.KVHeads))
 	}
 	if big := tiles - warpTiles; big > 0 {
-		z = max(z, flashW4PerSM*sms/(big*a.KVHeads))
+		z = max(z, max(res.W4, 1)*sms/(big*a.KVHeads))
 	}
 	return min(z, flashMaxSplit)
 }

@@ -96,11 +96,17 @@ func TestGPUStepProfile(t *testing.T) {
 	const reps = 5
 	// Every case with each attention kernel and each GEMM path, side by
 	// side in one run.
-	var all []profCase
-	for _, m := range []struct{ att, gemm, fuse string }{
+	// TRENI_PROFILE_DEFAULT_ONLY=1: the serving path's kernels only (the
+	// first), for kernel experiments that compare fatbins.
+	modes := []struct{ att, gemm, fuse string }{
 		{AttentionFlash, GemmCublasLt, FuseOff}, {AttentionFlash, GemmSkinny, FuseOff}, {AttentionFlash, GemmSkinny, FuseOn},
 		{AttentionFlash4, GemmCublasLt, FuseOff}, {AttentionPaged, GemmCublasLt, FuseOff},
-	} {
+	}
+	if os.Getenv("TRENI_PROFILE_DEFAULT_ONLY") == "1" {
+		modes = modes[:1]
+	}
+	var all []profCase
+	for _, m := range modes {
 		for _, c := range cases {
 			all = append(all, profCase{m.att, m.gemm, m.fuse, c.name, c.bt})
 		}

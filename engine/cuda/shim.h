@@ -77,6 +77,7 @@ typedef struct tt_cuda {
 	tt_CUresult (*cuModuleLoadData)(tt_CUmodule *, const void *);
 	tt_CUresult (*cuModuleUnload)(tt_CUmodule);
 	tt_CUresult (*cuModuleGetFunction)(tt_CUfunction *, tt_CUmodule, const char *);
+	tt_CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, tt_CUfunction, int, size_t);
 	tt_CUresult (*cuLaunchKernel)(tt_CUfunction, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, tt_CUstream, void **, void **);
 	// Optional (NULL on drivers before CUDA 12.0): programmatic dependent
