@@ -62,6 +62,22 @@ func TestStepMetaLayout(t *testing.T) {
 	if got, want := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}; !slices.Equal(got, want) || tiles != 5 || warp != 4 {
 		t.Fatalf("mixed tiles %v (%d tiles, %d warp tiles), want %v (5, 4)", got, tiles, warp, want)
 	}
+	// Big tiles longest first, across sequences: a 6-token chunk at
+	// position 10 (a big tile ending at 13, a 2-token warp tile) and a
+	// 9-token prompt (big tiles ending at 3 and 7, a 1-token warp tile),
+	// Tm = 16 rows. In the order they are made the big tiles would come
+	// out prompt-last-first, then the chunk's: 10 4, 6 4, 0 4.
+	long := &sched.Batch{Seqs: []sched.SeqChunk{
+		{SeqID: 1, Tokens: make([]int32, 6), Pos: 10, Blocks: []int32{0, 1, 2, 3}},
+		{SeqID: 2, Tokens: make([]int32, 9), Pos: 0, Blocks: []int32{4, 5, 6}},
+	}}
+	l, tiles, warp := stepMeta(nil, long, 4, 16, 2, 4, 4, 2)
+	// Rows: chunk 0..5 (positions 10..15), prompt 6..14, padding 15. Tiles:
+	// the warp tiles (chunk rows 4..5, prompt row 14, padding row 15), then
+	// the big ones ending at positions 13, 7, 3.
+	if got, want := l[metaLen(16, 2, 4)-32:][:12], []int32{4, 2, 14, 1, 15, 1, 0, 4, 10, 4, 6, 4}; !slices.Equal(got, want) || tiles != 6 || warp != 3 {
+		t.Fatalf("longest-first tiles %v (%d tiles, %d warp tiles), want %v (6, 3)", got, tiles, warp, want)
+	}
 }
 
 func TestBucket(t *testing.T) {

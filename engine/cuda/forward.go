@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/treni-top/treni-top/engine/sched"
@@ -258,7 +260,7 @@ func metaLen(Tm, tableRows, btStride int) int { return 6*Tm + tableRows*btStride
 // tiles (first token row, token count): each chunk cut into runs of at
 // most tileTokens tokens, each padding row a tile of its own; the tiles of
 // at most warpTokens tokens (they run on one warp, attn_mma_w1) come
-// first. Rows past the batch's tokens are graph-bucket padding: token 0
+// first, then the others by their last position, latest first. Rows past the batch's tokens are graph-bucket padding: token 0
 // at position 0, slot −1 (stores nothing), each attending through its own
 // all-zero table row. It returns the metadata, the tile count (Tm for a
 // decode graph bucket) and how many of the tiles are warp tiles.
@@ -302,6 +304,14 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 	for ; t < Tm; t++ {
 		tok[t], pos[t], seq[t], slots[t] = 0, 0, int32(t), -1
 		tile(t, 1)
+	}
+	// The big tiles, longest first (most keys: latest last position), so
+	// that attn_mma starts its longest blocks in its first wave (see the
+	// block order in kernels.cu): a block's time grows with its keys, and
+	// long blocks started last leave the GPU idle behind them.
+	if nBig > 1 {
+		big := unsafe.Slice((*[2]int32)(unsafe.Pointer(&tiles[2*(Tm-nBig)])), nBig)
+		slices.SortStableFunc(big, func(a, b [2]int32) int { return cmp.Compare(pos[b[0]+b[1]-1], pos[a[0]+a[1]-1]) })
 	}
 	if nBig > 0 && nWarp+nBig < Tm {
 		copy(tiles[2*nWarp:], tiles[2*(Tm-nBig):])

@@ -57,6 +57,28 @@ func TestGPUElementwise(t *testing.T) {
 	g.ok(g.k.RMSNorm(g.s, h, x, wd, T, H, eps))
 	g.check("rmsnorm", bfSlice(down[uint16](g, h, T*H)), normRef(xs), tolBF16)
 
+	// rmsnorm's two forms (kernels.cu): rows of whole float4s held in
+	// registers (a decode row, a step of 64, an odd multiple of 4), and
+	// the looping form (H not a multiple of 4; a row past RMS_VEC float4s
+	// a thread at the 1,024-thread block).
+	for _, c := range []struct{ T, H int }{{1, 2560}, {64, 2560}, {3, 1028}, {2, 1026}, {1, 20000}} {
+		xr, wr := randF32(r, c.T*c.H, 0, 1), randF32(r, c.H, 1, 0.1)
+		hr := g.alloc(c.T * c.H * 2)
+		g.ok(g.k.RMSNorm(g.s, hr, up(g, xr), up(g, wr), c.T, c.H, eps))
+		ref := make([]float64, c.T*c.H)
+		for t := 0; t < c.T; t++ {
+			ss := 0.0
+			for i := 0; i < c.H; i++ {
+				ss += float64(xr[t*c.H+i]) * float64(xr[t*c.H+i])
+			}
+			sc := 1 / math.Sqrt(ss/float64(c.H)+eps)
+			for i := 0; i < c.H; i++ {
+				ref[t*c.H+i] = float64(xr[t*c.H+i]) * sc * float64(wr[i])
+			}
+		}
+		g.check(fmt.Sprintf("rmsnorm %dx%d", c.T, c.H), bfSlice(down[uint16](g, hr, c.T*c.H)), ref, tolBF16)
+	}
+
 	d := randF32(r, T*H, 0, 1)
 	g.ok(g.k.AddRMSNorm(g.s, x, up(g, d), h, wd, T, H, eps))
 	x2 := down[float32](g, x, T*H)

@@ -152,17 +152,15 @@ func (k *Kernels) RMSNorm(s *Stream, out, x, w DevicePtr, T, H int, eps float32)
 		return err
 	}
 	k.args.Reset().Ptr(out).Ptr(x).Ptr(w).I32(int32(H)).F32(eps)
-	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{normThreads(T), 1, 1}, s)
+	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{normThreads(H), 1, 1}, s)
 }
 
-// normThreads is the block size of a norm over T rows: a whole row per
-// block either way, but a step of a few rows (decode) has few blocks, so
-// each gets more threads.
-func normThreads(T int) uint32 {
-	if T <= 8 {
-		return 1024
-	}
-	return rowThreads
+// normThreads is rmsnorm's block size for rows of H: two float4 of the
+// row a thread (its register form, kernels.cu), in whole warps, 64 to
+// 1,024 threads. Each row is one block either way.
+func normThreads(H int) uint32 {
+	n := (H/4 + 1) / 2
+	return uint32(min(max((n+31)&^31, 64), 1024))
 }
 
 // AddRMSNorm adds d (f32 [T,H]) into the residual x, then writes

@@ -38,13 +38,50 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 // rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
 // (the next GEMM's input). grid (T), block a multiple of 32.
 //
-// The norm weight is no kernel's output, so each thread loads its first
-// RMS_PREFETCH values of it before KERNEL_ENTRY: under PDL that load's
-// latency passes while the kernel ahead finishes, instead of after the
-// sum of squares (a batch-1 decode step runs two of these a layer, ~2.5 µs
-// each on the H100, docs/BENCHMARKS.md).
+// The norm weight is no kernel's output, so each thread loads its share
+// of it before KERNEL_ENTRY: under PDL that load's latency passes while
+// the kernel ahead finishes, instead of after the sum of squares (a
+// batch-1 decode step runs two of these a layer, ~2.5 µs each on the
+// H100, docs/BENCHMARKS.md). Where the row is whole float4s and fits
+// RMS_VEC of them a thread (the launcher sizes the block for two), each
+// thread reads its part of the row once, with 16-byte loads all issued
+// before the sum, and keeps it in registers for the output; other rows
+// take the looping form, which reads the row twice.
+#define RMS_VEC 4
 #define RMS_PREFETCH 4
 __device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const float *w, int H, float eps) {
+	__shared__ float red[32];
+	const int t = blockIdx.x, n4 = H >> 2;
+	if ((H & 3) == 0 && n4 <= RMS_VEC * (int)blockDim.x && ((unsigned long long)x & 15) == 0 && ((unsigned long long)w & 15) == 0) {
+		const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+		float4 wv[RMS_VEC], xv[RMS_VEC];
+#pragma unroll
+		for (int j = 0; j < RMS_VEC; j++) {
+			int i = threadIdx.x + j * blockDim.x;
+			wv[j] = i < n4 ? ((const float4 *)w)[i] : zero;
+		}
+		KERNEL_ENTRY();
+		const float4 *xr = (const float4 *)(x + (long long)t * H);
+		float ss = 0.f;
+#pragma unroll
+		for (int j = 0; j < RMS_VEC; j++) {
+			int i = threadIdx.x + j * blockDim.x;
+			xv[j] = i < n4 ? xr[i] : zero;
+		}
+#pragma unroll
+		for (int j = 0; j < RMS_VEC; j++) ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z + xv[j].w * xv[j].w;
+		ss = block_sum(ss, red);
+		const float scale = rsqrtf(ss / (float)H + eps);
+		uint2 *o = (uint2 *)(out + (long long)t * H);
+#pragma unroll
+		for (int j = 0; j < RMS_VEC; j++) {
+			int i = threadIdx.x + j * blockDim.x;
+			if (i < n4)
+				o[i] = make_uint2(pack_bf16x2(xv[j].x * scale * wv[j].x, xv[j].y * scale * wv[j].y),
+					pack_bf16x2(xv[j].z * scale * wv[j].z, xv[j].w * scale * wv[j].w));
+		}
+		return;
+	}
 	float wv[RMS_PREFETCH];
 #pragma unroll
 	for (int j = 0; j < RMS_PREFETCH; j++) {
@@ -52,8 +89,6 @@ __device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const fl
 		wv[j] = i < H ? w[i] : 0.f;
 	}
 	KERNEL_ENTRY();
-	__shared__ float red[32];
-	int t = blockIdx.x;
 	const float *xr = x + (long long)t * H;
 	float ss = 0.f;
 	for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
@@ -444,7 +479,22 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	__shared__ __align__(16) bf16 sk[KEYS][HD + 8];
 	__shared__ __align__(16) bf16 sv[KEYS][HD + 8];
 	const int G = nh / nkv, TPW = 16 / G;
-	const int tile = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+	// The grid is (tiles, nkv, Z) and blocks start in x-fastest order. The
+	// four-warp form reads it KV-head-fastest instead, so the nkv blocks of
+	// one tile start together and the tiles start in the order of the
+	// list, longest first (stepMeta): the longest blocks start in the first
+	// wave and the last wave holds short ones. Tile-fastest order started
+	// every head's longest tiles last: 2 × 1,024 prefill attention took
+	// 6.38 ms against 5.56 (H100, docs/BENCHMARKS.md). The one-warp form's
+	// tiles (decode tokens) are alike in length, and there the division
+	// cost registers the kernel does not have (it spilled).
+	int tile = blockIdx.x, g = blockIdx.y;
+	if (WARPS > 1) {
+		const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+		tile = lin / gridDim.y;
+		g = lin - tile * gridDim.y;
+	}
+	const int z = blockIdx.z, Z = gridDim.z;
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
 	const int t0 = tiles[2 * tile], cnt = tiles[2 * tile + 1];
 	const int *bt = block_tables + (long long)tok_seq[t0] * bt_stride;
@@ -788,6 +838,46 @@ __global__ void attn_combine(bf16 *out, const float *part_acc, const float *part
 #define GS_X_SWIGLU 2
 #define GS_XS (8 * (2560 + 8))
 
+// gemm_skinny_preload issues a warp's first group of UNROLL chunks' weight
+// loads (load(u, k): chunk u, first column k) before KERNEL_ENTRY — the
+// weights are no kernel's output, so under PDL this block's weight stream
+// starts while the kernel ahead of it finishes — when the warp has a whole
+// group; it says whether it did. (An L2 prefetch of the same lines, issued
+// four times over by the lanes sharing them, slowed the GEMMs by up to a
+// fifth.)
+template <int UNROLL, typename Load>
+__device__ __forceinline__ bool gemm_skinny_preload(int ch, int chunks, Load load) {
+	if (ch + (UNROLL - 1) * GS_WARPS >= chunks) return false;
+#pragma unroll
+	for (int u = 0; u < UNROLL; u++) load(u, (ch + u * GS_WARPS) * 32);
+	return true;
+}
+
+// gemm_skinny_loop is a warp's share of K in both skinny forms: chunks
+// ch, ch + GS_WARPS, … below chunks, UNROLL at a time — every load of a
+// group (load(u, k)) issued before its first multiply (mul(u, k)), the
+// first group's loads already issued when preloaded — then the rest one
+// at a time (tail(k)).
+template <int UNROLL, typename Load, typename Mul, typename Tail>
+__device__ __forceinline__ void gemm_skinny_loop(int ch, int chunks, bool preloaded, Load load, Mul mul, Tail tail) {
+	for (; ch + (UNROLL - 1) * GS_WARPS < chunks; ch += UNROLL * GS_WARPS) {
+		if (!preloaded)
+#pragma unroll
+			for (int u = 0; u < UNROLL; u++) load(u, (ch + u * GS_WARPS) * 32);
+		preloaded = false;
+#pragma unroll
+		for (int u = 0; u < UNROLL; u++) mul(u, (ch + u * GS_WARPS) * 32);
+	}
+	for (; ch < chunks; ch += GS_WARPS) tail(ch * 32);
+}
+
+// gemm_skinny_store writes one output element s at offset o as mode says.
+__device__ __forceinline__ void gemm_skinny_store(void *y, long long o, float s, int mode) {
+	if (mode == 0) ((bf16 *)y)[o] = f2bf(s);
+	else if (mode == 1) ((float *)y)[o] = s;
+	else ((float *)y)[o] += s;
+}
+
 template <int MT>
 __device__ __forceinline__ void gemm_skinny_chunk(float acc[MT][4], uint4 wa, uint4 wb, const bf16 *x, int M, int xstride, int k, int g) {
 	for (int t = 0; t < MT; t++) {
@@ -851,21 +941,15 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const b
 	int wid = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 	int n0 = blockIdx.x * 16;
 	const bf16 *w0 = w + (long long)(n0 + g) * K + 8 * c, *w1 = w0 + 8LL * K;
-	int chunks = K >> 5, ch = wid;
-	// The weights are no kernel's output, so the first group of W loads
-	// is issued before KERNEL_ENTRY: under PDL this block is resident
-	// while the kernel ahead of it finishes, and its weight stream starts
-	// then (and, in the fused forms, runs while the block stages X).
-	// (An L2 prefetch of the same lines, issued four times over by the
-	// lanes sharing them, slowed the GEMMs by up to a fifth.)
+	const int chunks = K >> 5;
+	// The first weight group is in flight before KERNEL_ENTRY (and, in the
+	// fused forms, while the block stages X).
 	uint4 wa[GS_UNROLL], wb[GS_UNROLL];
-	bool loaded = ch + (GS_UNROLL - 1) * GS_WARPS < chunks;
-	if (loaded)
-		for (int u = 0; u < GS_UNROLL; u++) {
-			int k = (ch + u * GS_WARPS) * 32;
-			wa[u] = ld_stream16(w0 + k);
-			wb[u] = ld_stream16(w1 + k);
-		}
+	auto load = [&](int u, int k) {
+		wa[u] = ld_stream16(w0 + k);
+		wb[u] = ld_stream16(w1 + k);
+	};
+	const bool preloaded = gemm_skinny_preload<GS_UNROLL>(wid, chunks, load);
 	KERNEL_ENTRY();
 	const bf16 *xc = (const bf16 *)x + 8 * c;
 	int xstride = K;
@@ -878,18 +962,9 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const b
 	float acc[MT][4];
 	for (int t = 0; t < MT; t++)
 		for (int j = 0; j < 4; j++) acc[t][j] = 0.f;
-	for (; ch + (GS_UNROLL - 1) * GS_WARPS < chunks; ch += GS_UNROLL * GS_WARPS) {
-		if (!loaded)
-			for (int u = 0; u < GS_UNROLL; u++) {
-				int k = (ch + u * GS_WARPS) * 32;
-				wa[u] = ld_stream16(w0 + k);
-				wb[u] = ld_stream16(w1 + k);
-			}
-		loaded = false;
-		for (int u = 0; u < GS_UNROLL; u++) gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, xstride, (ch + u * GS_WARPS) * 32, g);
-	}
-	for (; ch < chunks; ch += GS_WARPS)
-		gemm_skinny_chunk<MT>(acc, ld_stream16(w0 + ch * 32), ld_stream16(w1 + ch * 32), xc, M, xstride, ch * 32, g);
+	gemm_skinny_loop<GS_UNROLL>(
+		wid, chunks, preloaded, load, [&](int u, int k) { gemm_skinny_chunk<MT>(acc, wa[u], wb[u], xc, M, xstride, k, g); },
+		[&](int k) { gemm_skinny_chunk<MT>(acc, ld_stream16(w0 + k), ld_stream16(w1 + k), xc, M, xstride, k, g); });
 	for (int t = 0; t < MT; t++)
 		for (int j = 0; j < 4; j++) red[((wid * MT + t) * 32 + lane) * 4 + j] = acc[t][j];
 	__syncthreads();
@@ -902,24 +977,22 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const b
 		if (m >= M) continue;
 		float s = 0.f;
 		for (int v = 0; v < GS_WARPS; v++) s += red[v * MT * 128 + e];
-		long long o = (long long)m * N + n0 + (l >> 2) + 8 * (j >> 1);
-		if (mode == 0) ((bf16 *)y)[o] = f2bf(s);
-		else if (mode == 1) ((float *)y)[o] = s;
-		else ((float *)y)[o] += s;
+		gemm_skinny_store(y, (long long)m * N + n0 + (l >> 2) + 8 * (j >> 1), s, mode);
 	}
 }
 
 // gemm_skinny_n8: gemm_skinny_m8 (M ≤ 8, bf16 X) on blocks of 8 output
-// features instead of 16, for GEMMs whose N/16 blocks would leave SMs
-// without one (the 4B o_proj and down_proj: 160 blocks for 132 SMs; the
-// 0.6B ones: 64). W is the mma's B operand (16 k × 8 features) and X its
+// features instead of 16, for GEMMs whose N/16 blocks spread unevenly
+// over the SMs (the 4B o_proj and down_proj: 160 blocks for 132 SMs, so
+// 28 SMs stream two blocks' weights while the others stream one) or
+// leave SMs without one (the 0.6B ones: 64). W is the mma's B operand (16 k × 8 features) and X its
 // A operand (16 token rows, the upper 8 zero), with the same k
 // permutation: lane (g, c) loads W[n0+g][8c … 8c+7] and X[g][8c … 8c+7]
 // of each 32-wide chunk, one 16-byte load each, the two mma k16 steps
 // taking words (x, y) and (z, w). Twice the chunks in flight a warp
 // (GS_N8_UNROLL), so a warp keeps as many bytes of W in flight as the
-// 16-feature form. Warp w takes chunks w, w + GS_WARPS, … as there; the
-// partial sums are added in the same fixed order.
+// 16-feature form. Warp w takes chunks w, w + GS_WARPS, … as there
+// (gemm_skinny_loop); the partial sums are added in the same fixed order.
 #define GS_N8_UNROLL 8
 
 // gemm_skinny_n8_chunk multiplies one chunk: wv is this lane's 16 bytes
@@ -940,20 +1013,15 @@ __device__ __forceinline__ void gemm_skinny_n8_body(void *y, const void *x, cons
 	const bf16 *wr = w + (long long)(n0 + g) * K + 8 * c;
 	// X row g of this lane (rows ≥ M are not read).
 	const bf16 *xr = (const bf16 *)x + (long long)g * K + 8 * c;
-	int chunks = K >> 5, ch = wid;
+	const int chunks = K >> 5;
 	uint4 wv[GS_N8_UNROLL];
-	bool loaded = ch + (GS_N8_UNROLL - 1) * GS_WARPS < chunks;
-	if (loaded)
-		for (int u = 0; u < GS_N8_UNROLL; u++) wv[u] = ld_stream16(wr + (ch + u * GS_WARPS) * 32);
+	auto load = [&](int u, int k) { wv[u] = ld_stream16(wr + k); };
+	const bool preloaded = gemm_skinny_preload<GS_N8_UNROLL>(wid, chunks, load);
 	KERNEL_ENTRY();
 	float acc[4] = {0.f, 0.f, 0.f, 0.f};
-	for (; ch + (GS_N8_UNROLL - 1) * GS_WARPS < chunks; ch += GS_N8_UNROLL * GS_WARPS) {
-		if (!loaded)
-			for (int u = 0; u < GS_N8_UNROLL; u++) wv[u] = ld_stream16(wr + (ch + u * GS_WARPS) * 32);
-		loaded = false;
-		for (int u = 0; u < GS_N8_UNROLL; u++) gemm_skinny_n8_chunk(acc, wv[u], xr, M, (ch + u * GS_WARPS) * 32, g);
-	}
-	for (; ch < chunks; ch += GS_WARPS) gemm_skinny_n8_chunk(acc, ld_stream16(wr + ch * 32), xr, M, ch * 32, g);
+	gemm_skinny_loop<GS_N8_UNROLL>(
+		wid, chunks, preloaded, load, [&](int u, int k) { gemm_skinny_n8_chunk(acc, wv[u], xr, M, k, g); },
+		[&](int k) { gemm_skinny_n8_chunk(acc, ld_stream16(wr + k), xr, M, k, g); });
 	// d[0], d[1]: token g, features 2c, 2c+1 (d[2], d[3] are token rows
 	// 8–15, zero).
 	red[(wid * 32 + lane) * 2] = acc[0];
@@ -964,10 +1032,7 @@ __device__ __forceinline__ void gemm_skinny_n8_body(void *y, const void *x, cons
 		if (m >= M) continue;
 		float s = 0.f;
 		for (int v = 0; v < GS_WARPS; v++) s += red[v * 64 + e];
-		long long o = (long long)m * N + n0 + 2 * (l & 3) + (e & 1);
-		if (mode == 0) ((bf16 *)y)[o] = f2bf(s);
-		else if (mode == 1) ((float *)y)[o] = s;
-		else ((float *)y)[o] += s;
+		gemm_skinny_store(y, (long long)m * N + n0 + 2 * (l & 3) + (e & 1), s, mode);
 	}
 }
 

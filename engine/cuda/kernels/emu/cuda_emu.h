@@ -41,6 +41,7 @@ inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 struct float4 {
 	float x, y, z, w;
 };
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 
 using std::max;
 using std::min;
