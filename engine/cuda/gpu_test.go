@@ -173,6 +173,8 @@ func TestGPURopeStoreAndAttention(t *testing.T) {
 		{name: "qwen3-like", nh: 4, nkv: 2, hd: 128, bs: 16, qkNorm: true, theta: 1e6, prefillPos: 3, nPref: 5, decodePos: 200},
 		{name: "qwen2-like", nh: 6, nkv: 2, hd: 64, bs: 4, bias: true, theta: 1e4, prefillPos: 0, nPref: 150, decodePos: 37},
 		{name: "llama-like", nh: 8, nkv: 8, hd: 256, bs: 32, theta: 5e5, prefillPos: 130, nPref: 2, decodePos: 1},
+		// hd/2 odd: qk_norm_rope_store's one-value-a-lane form.
+		{name: "odd-half", nh: 4, nkv: 2, hd: 98, bs: 8, qkNorm: true, bias: true, theta: 1e4, prefillPos: 2, nPref: 9, decodePos: 20},
 		// Long contexts: the kernel reads block tables 32 blocks at a time
 		// (a span of 512 positions here), so a chunk and a decode token
 		// reach across several spans.

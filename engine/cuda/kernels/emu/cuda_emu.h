@@ -38,6 +38,9 @@ struct uint2 {
 	unsigned x, y;
 };
 inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+struct float2 {
+	float x, y;
+};
 struct float4 {
 	float x, y, z, w;
 };
