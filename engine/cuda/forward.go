@@ -260,9 +260,10 @@ func metaLen(Tm, tableRows, btStride int) int { return 6*Tm + tableRows*btStride
 // tiles (first token row, token count): each chunk cut into runs of at
 // most tileTokens tokens, each padding row a tile of its own; the tiles of
 // at most warpTokens tokens (they run on one warp, attn_mma_w1) come
-// first, then the others by their last position, latest first. Rows past the batch's tokens are graph-bucket padding: token 0
-// at position 0, slot −1 (stores nothing), each attending through its own
-// all-zero table row. It returns the metadata, the tile count (Tm for a
+// first, then the others by their last position, latest first. Rows past
+// the batch's tokens are graph-bucket padding: token 0 at position 0,
+// slot −1 (stores nothing), each attending through its own all-zero table
+// row. It returns the metadata, the tile count (Tm for a
 // decode graph bucket) and how many of the tiles are warp tiles.
 func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens, warpTokens int) ([]int32, int, int) {
 	n := metaLen(Tm, tableRows, btStride)

@@ -58,9 +58,9 @@ func TestGPUElementwise(t *testing.T) {
 	g.check("rmsnorm", bfSlice(down[uint16](g, h, T*H)), normRef(xs), tolBF16)
 
 	// rmsnorm's two forms (kernels.cu): rows of whole float4s held in
-	// registers (a decode row, a step of 64, an odd multiple of 4), and
-	// the looping form (H not a multiple of 4; a row past RMS_VEC float4s
-	// a thread at the 1,024-thread block).
+	// registers (a decode row, a step of 64, a row of 257 float4s), and
+	// the looping form (H not a multiple of 4; a row of 5,000 float4s,
+	// past RMS_VEC a thread of the 1,024-thread block).
 	for _, c := range []struct{ T, H int }{{1, 2560}, {64, 2560}, {3, 1028}, {2, 1026}, {1, 20000}} {
 		xr, wr := randF32(r, c.T*c.H, 0, 1), randF32(r, c.H, 1, 0.1)
 		hr := g.alloc(c.T * c.H * 2)
