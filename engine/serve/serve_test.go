@@ -63,7 +63,10 @@ func TestRunInProcess(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("not ready after a minute")
 	}
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+	// Greedy, so that the three tokens asserted below do not depend on a
+	// draw that could land on a stop token (the server's default
+	// temperature is 1).
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"temperature":0}`))
 	req.Header.Set("Authorization", "Bearer k")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
