@@ -165,6 +165,7 @@ type Backend struct {
 	flashD                  DevicePtr // attn_mma's split partials, capScratch bytes (flashScratchFor)
 	capScratch              int
 	flashRes                FlashResidency // attn_mma blocks a multiprocessor holds (loadKernels)
+	staging                 *stagingLeft   // what the staged upload left to release (releaseStaging)
 	metaTableRows           int            // block-table rows of the metadata in hostMeta
 	metaTiles               int            // attention tiles of the metadata in hostMeta
 	metaWarpTiles           int            // how many of them come first and run on one warp
@@ -478,6 +479,7 @@ func (b *Backend) free() error {
 	if b.c == nil {
 		return nil
 	}
+	keep(b.releaseStaging())
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
 	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD, b.flashD} {

@@ -208,7 +208,10 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	rr := <-s.ring
 	ring := rr.ring
 	s.ring <- ringResult{} // adopted: release() finds nothing left to free
-	defer ring.unmap()
+	// The ring, and the copy engine the upload thread makes over it, are
+	// released after the load, off the way to a ready backend
+	// (releaseStaging), or by free on an error path.
+	b.staging = &stagingLeft{ring: ring}
 	var (
 		upDone <-chan error
 		upEnd  time.Time
@@ -236,7 +239,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 			if err != nil {
 				return err
 			}
-			defer dma.destroy()
+			b.staging.dma = dma // build reads it only after join
 			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
 			upEnd = time.Now() // the last copy is done; teardown is not upload
 			st.registered = dma.allRegistered()

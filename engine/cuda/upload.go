@@ -169,6 +169,33 @@ func (r *stagingRing) unmap() error {
 	return err
 }
 
+// stagingLeft is what a staged upload leaves behind once its copies are
+// done: the page-locked ring and the copy engine's streams, events and
+// slot registrations.
+type stagingLeft struct {
+	ring *stagingRing
+	dma  *cudaDMA // nil until the upload thread made it
+}
+
+// releaseStaging releases what the staged upload left, once (runner
+// thread; b.mu held, or the backend not yet published). Unregistering
+// the slots and destroying the streams took 6–8 ms on the H100, and once
+// 40 ms (2026-11-26, docs/BENCHMARKS.md), between the last weight copy
+// and a ready backend; they now run as the background warm-up's last item
+// (WarmBackground), or in free, and the ring's memory stays mapped until
+// then.
+func (b *Backend) releaseStaging() error {
+	st := b.staging
+	if st == nil {
+		return nil
+	}
+	b.staging = nil
+	if st.dma != nil {
+		st.dma.destroy()
+	}
+	return st.ring.unmap()
+}
+
 // dmaEngine is what the staged pipeline needs from the device: prepare a
 // slot once, before its first copy (the CUDA engine page-locks it then, so
 // registering the ring costs no time before the first read: slot by slot,

@@ -243,3 +243,24 @@ func TestUploadMode(t *testing.T) {
 		t.Fatalf("bad mode: %v", err)
 	}
 }
+
+// TestReleaseStaging: what the staged upload leaves (here a ring without
+// a copy engine, as when the upload thread never made one) is released
+// once: the ring is unmapped and the backend forgets it, so free after
+// the background item finds nothing left.
+func TestReleaseStaging(t *testing.T) {
+	ring, err := newStagingRing(2, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{staging: &stagingLeft{ring: ring}}
+	if err := b.releaseStaging(); err != nil {
+		t.Fatal(err)
+	}
+	if b.staging != nil || ring.mem != nil {
+		t.Fatalf("after release: staging %v, ring mapped %v", b.staging, ring.mem != nil)
+	}
+	if err := b.releaseStaging(); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+}

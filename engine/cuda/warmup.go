@@ -143,7 +143,7 @@ func (b *Backend) skinnyServes(M int) bool {
 
 // warmItem is one piece of background warm-up.
 type warmItem struct {
-	what string // "gemm" or "graph"
+	what string // "gemm", "graph" or "staging"
 	rows int
 }
 
@@ -195,6 +195,9 @@ func (b *Backend) WarmBackground(maxBatch int) {
 		prefill = nil
 	}
 	items := backgroundItems(prefill, b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
+	if b.staging != nil {
+		items = append(items, warmItem{what: "staging"}) // last: the load's leftovers (releaseStaging)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done, asideDone := make(chan struct{}), make(chan struct{})
 	b.bgCancel, b.bgDone = cancel, done
@@ -222,8 +225,11 @@ func (b *Backend) WarmBackground(maxBatch int) {
 
 // runWarmItem is one background item (runner thread, b.mu held).
 func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
-	if it.what == "gemm" {
+	switch it.what {
+	case "gemm":
 		return b.warmGemms(it.rows)
+	case "staging":
+		return b.releaseStaging()
 	}
 	if b.graphs[it.rows] != nil || b.graphsOff {
 		return nil // a step captured it first, or captures failed
@@ -239,10 +245,10 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	gate func(warmItem) <-chan struct{}) {
 	t0 := time.Now()
 	var (
-		maxItem        time.Duration
-		yields, ran    int
-		gemms, graphed int
-		errs           []error
+		maxItem, staging time.Duration
+		yields, ran      int
+		gemms, graphed   int
+		errs             []error
 	)
 	for _, it := range items {
 		if gate != nil {
@@ -273,7 +279,8 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		}
 		ti := time.Now()
 		err := b.r.Do(ctx, func() error { return run(ctx, it) })
-		maxItem = max(maxItem, time.Since(ti))
+		took := time.Since(ti)
+		maxItem = max(maxItem, took)
 		b.mu.Unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %d: %w", it.what, it.rows, err))
@@ -283,10 +290,13 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 			continue
 		}
 		ran++
-		if it.what == "gemm" {
+		switch it.what {
+		case "gemm":
 			gemms++
-		} else {
+		case "graph":
 			graphed++
+		case "staging":
+			staging = took
 		}
 	}
 	b.mu.Lock()
@@ -295,6 +305,9 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		"max_item_ms": float64(maxItem.Microseconds()) / 1000, "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
+	}
+	if staging > 0 {
+		attrs["staging_release_ms"] = float64(staging.Microseconds()) / 1000
 	}
 	if err := errors.Join(errs...); err != nil {
 		attrs["error"] = err.Error()
