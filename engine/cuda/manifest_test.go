@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,6 +72,14 @@ func TestKernelNamesExist(t *testing.T) {
 	for _, n := range KernelNames() {
 		if !regexp.MustCompile(`__global__ void (__launch_bounds__\([^)]*\) )?` + n + `\(`).Match(src) {
 			t.Errorf("kernels.cu has no __global__ void %s(", n)
+		}
+	}
+	// The attention kernels picked by head dim are among the bound ones
+	// (Kernels.fn has no other).
+	for _, hd := range []int{64, 128} {
+		w1, w4 := flashKernels(hd)
+		if !slices.Contains(KernelNames(), w1) || !slices.Contains(KernelNames(), w4) || w1 == w4 {
+			t.Errorf("head dim %d: attention kernels %q, %q", hd, w1, w4)
 		}
 	}
 }

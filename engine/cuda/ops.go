@@ -323,13 +323,19 @@ func FlashWarpTokens(a AttnShape) int { return 16 / (a.Heads / a.KVHeads) }
 // as built in November 2026).
 type FlashResidency struct{ W1, W4 int }
 
+// flashKernels are attn_mma's one-warp and four-warp kernels for head dim
+// hd (64 or 128; FlashSupported).
+func flashKernels(hd int) (w1, w4 string) {
+	if hd == 64 {
+		return "attn_mma_w1_hd64", "attn_mma_hd64"
+	}
+	return "attn_mma_w1_hd128", "attn_mma_hd128"
+}
+
 // FlashResidency asks the driver how many blocks of each attn_mma form
 // for head dim hd fit on a multiprocessor.
 func (k *Kernels) FlashResidency(hd int) (FlashResidency, error) {
-	w1, w4 := "attn_mma_w1_hd128", "attn_mma_hd128"
-	if hd == 64 {
-		w1, w4 = "attn_mma_w1_hd64", "attn_mma_hd64"
-	}
+	w1, w4 := flashKernels(hd)
 	var r FlashResidency
 	var err error
 	if r.W1, err = k.fn[w1].ResidentBlocks(32, 0); err != nil {
@@ -419,10 +425,7 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 			I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E))
 		return k.launch(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(p.Splits)}, Dim3{uint32(warps) * 32, 1, 1}, s)
 	}
-	w1, w4 := "attn_mma_w1_hd128", "attn_mma_hd128"
-	if a.HeadDim == 64 {
-		w1, w4 = "attn_mma_w1_hd64", "attn_mma_hd64"
-	}
+	w1, w4 := flashKernels(a.HeadDim)
 	if err := launch(w1, p.Tiles, p.WarpTiles, 1); err != nil {
 		return err
 	}
