@@ -45,7 +45,7 @@ start_server() {
 	shift
 	while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
 	[[ $# -gt 0 ]] && shift
-	env "${envs[@]}" "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
+	env "${envs[@]}" "${SBIN:-$BIN}" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 \
 		--max-model-len 20480 ${SERVE_FLAGS:-} "$@" 2>"$log" &
 	PID=$!
 	trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
@@ -109,6 +109,9 @@ stop_server
 #               unset), when the main server ran a freshly built one (a
 #               binary that needs kernels the committed fatbin lacks
 #               cannot start on it: the variant is skipped);
+#   prev:PATH   another server binary at PATH (a build of the previous
+#               commit, with its own embedded fatbin: TRENI_CUDA_FATBIN
+#               unset), named prev in the tables;
 #   budgetN     --max-batched-tokens N;
 #   env:K=V     the environment setting K=V (e.g. env:TRENI_CUDA_PDL=off),
 #               named K=V in the tables.
@@ -121,6 +124,7 @@ for v in $VARIANTS; do
 	paged) envs=(TRENI_CUDA_ATTENTION=paged) ;;
 	flash4) envs=(TRENI_CUDA_ATTENTION=flash4) ;;
 	committed) envs=(-u TRENI_CUDA_FATBIN) ;;
+	prev:*) envs=(-u TRENI_CUDA_FATBIN) SBIN=${v#prev:} v=prev ;;
 	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
 	env:*=*) envs=("${v#env:}") v=${v#env:} ;;
 	*) say "unknown variant $v"; continue ;;
@@ -130,5 +134,6 @@ for v in $VARIANTS; do
 	streams "-$v"
 	bench "chunked-$v" --workload chunked_prefill --warmup-runs 0 --repeat-runs 1
 	stop_server
+	SBIN=
 done
 python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"

@@ -169,6 +169,7 @@ type Backend struct {
 	metaTableRows           int            // block-table rows of the metadata in hostMeta
 	metaTiles               int            // attention tiles of the metadata in hostMeta
 	metaWarpTiles           int            // how many of them come first and run on one warp
+	metaBigKeys             int            // keys the longest of the others sees
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int

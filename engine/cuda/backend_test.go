@@ -78,6 +78,13 @@ func TestStepMetaLayout(t *testing.T) {
 	if got, want := l[metaLen(16, 2, 4)-32:][:12], []int32{4, 2, 14, 1, 15, 1, 0, 4, 10, 4, 6, 4}; !slices.Equal(got, want) || tiles != 6 || warp != 3 {
 		t.Fatalf("longest-first tiles %v (%d tiles, %d warp tiles), want %v (6, 3)", got, tiles, warp, want)
 	}
+	// The longest big tile ends at position 13: it sees 14 keys.
+	if got := bigTileKeys(l, 16, 2, 4, tiles, warp); got != 14 {
+		t.Errorf("bigTileKeys = %d, want 14", got)
+	}
+	if got := bigTileKeys(g, 4, 4, 3, 4, 4); got != 0 {
+		t.Errorf("bigTileKeys of a decode bucket (warp tiles only) = %d, want 0", got)
+	}
 }
 
 func TestBucket(t *testing.T) {
@@ -131,45 +138,48 @@ func TestPadRows(t *testing.T) {
 	}
 }
 
-// TestFlashSplits: each launch's splits fill one wave of resident blocks
-// (here eight one-warp or two four-warp blocks per multiprocessor, the
-// H100's for these kernels as built in November 2026), the step
-// takes the larger, and the scratch holds the splits of the steps that
-// matter: any decode-only step, and a full step of decodes beside a long
-// chunk.
+// TestFlashSplits: each launch's splits fill one wave of its resident
+// blocks (here eight one-warp or two four-warp blocks per multiprocessor,
+// the H100's for these kernels as built in November 2026), each launch on
+// its own, and the scratch holds the splits of the steps that matter: any
+// decode-only step, and a full step of decodes beside a long chunk.
 func TestFlashSplits(t *testing.T) {
-	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4
+	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4, 32-token tiles
 	res := FlashResidency{W1: 8, W4: 2}
-	for _, c := range []struct{ warp, tiles, sms, want int }{
-		{64, 64, 132, 2},  // 64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits
-		{1, 1, 132, 16},   // batch-1 decode: as many as allowed
-		{0, 4, 132, 8},    // a 64-token prefill: 32 four-warp blocks of 264 slots
-		{0, 200, 132, 1},  // a long prefill fills the GPU alone
-		{63, 79, 132, 2},  // 63 decodes beside a 256-token chunk: both launches take 2
-		{63, 187, 132, 2}, // 63 decodes beside a 1,985-token chunk: the decodes' 2
-		{0, 64, 132, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
+	for _, c := range []struct{ warp, tiles, bigKeys, sms, wantWarp, wantBig int }{
+		{64, 64, 0, 132, 2, 1},     // 64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits
+		{1, 1, 0, 132, 16, 1},      // batch-1 decode: as many as allowed
+		{0, 2, 64, 132, 1, 1},      // a 64-token prompt: 16 four-warp blocks, but 64 keys make one split
+		{0, 2, 2048, 132, 1, 16},   // 64 tokens at the end of a 2,048-token prompt: 16 blocks of 264 slots
+		{0, 8, 256, 132, 1, 2},     // a 256-token prompt: 64 blocks would take 4, its 256 keys allow 2
+		{0, 100, 3200, 132, 1, 1},  // a long prefill fills the GPU alone
+		{63, 71, 1024, 132, 2, 4},  // 63 decodes beside a 256-token chunk at 768 (8 tiles): each its own
+		{64, 126, 1985, 132, 2, 1}, // 63 decodes beside a 1,985-token chunk (62 tiles of 32, one of 1 on a warp)
+		{0, 64, 1100, 132, 1, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
+		{0, 0, 0, 132, 1, 1},       // no tiles at all
 	} {
-		if got := FlashSplits(a, res, c.warp, c.tiles, c.sms); got != c.want {
-			t.Errorf("FlashSplits(warp %d, tiles %d, %d SMs) = %d, want %d", c.warp, c.tiles, c.sms, got, c.want)
+		w, bg := FlashSplits(a, res, c.warp, c.tiles, c.bigKeys, c.sms)
+		if w != c.wantWarp || bg != c.wantBig {
+			t.Errorf("FlashSplits(warp %d, tiles %d, %d keys, %d SMs) = %d, %d, want %d, %d", c.warp, c.tiles, c.bigKeys, c.sms, w, bg, c.wantWarp, c.wantBig)
 		}
 	}
 	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
 	b.info.SMs, b.flashRes = 132, res
-	fits := func(warp, big, T int) { // T token rows, scratch sized for T
+	fits := func(warp, big, T, capT int) { // T token rows, scratch sized for capT
 		t.Helper()
-		capT := T
 		b.capScratch = b.flashScratchFor(capT)
-		want := FlashSplits(a, res, warp, warp+big, b.info.SMs)
-		if got := b.flashSplits(T, warp, warp+big); got != want {
-			t.Errorf("%d warp + %d big tiles, %d rows, capacity %d: scratch allows %d splits, FlashSplits %d", warp, big, T, capT, got, want)
+		const keys = 1 << 20 // long enough that the tiles decide
+		ww, wb := FlashSplits(a, res, warp, warp+big, keys, b.info.SMs)
+		if gw, gb := b.flashSplits(T, warp, warp+big, keys); gw != ww || gb != wb {
+			t.Errorf("%d warp + %d big tiles, %d rows, capacity %d: scratch allows %d, %d splits, FlashSplits %d, %d", warp, big, T, capT, gw, gb, ww, wb)
 		}
 	}
 	for warp := 1; warp <= 300; warp++ { // decode steps, graph buckets included
-		fits(warp, 0, warp)
+		fits(warp, 0, warp, warp)
 	}
-	fits(63, 125, 2048) // budget 2,048: 63 decodes and 1,985 prompt tokens (124 tiles of 16 and one of 1)
-	fits(63, 16, 319)   // 63 decodes beside a 256-token chunk
-	fits(0, 128, 2048)  // a 2,048-token chunk alone
+	fits(64, 62, 2048, 2048) // budget 2,048: 63 decodes and 1,985 prompt tokens (62 tiles of 32, one of 1 on a warp)
+	fits(63, 8, 319, 2048)   // 63 decodes beside a 256-token chunk: 2 and 4 splits
+	fits(0, 64, 2048, 2048)  // a 2,048-token chunk alone
 }
 
 // TestGemmPath pins who runs each GEMM: gemm_skinny only where it fits;

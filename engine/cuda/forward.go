@@ -325,7 +325,20 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 // records the table rows and tiles enqueueLayers needs to find its parts.
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
 	b.hostMeta, b.metaTiles, b.metaWarpTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens(), b.warpTileTokens())
+	b.metaBigKeys = bigTileKeys(b.hostMeta, Tm, tableRows, btStride, b.metaTiles, b.metaWarpTiles)
 	b.metaTableRows = tableRows
+}
+
+// bigTileKeys is how many keys the longest tile beyond the warp tiles
+// of stepMeta's metadata m sees (0 when there is none): the first of
+// them, since stepMeta lists them longest first.
+func bigTileKeys(m []int32, Tm, tableRows, btStride, tiles, warpTiles int) int {
+	if tiles <= warpTiles {
+		return 0
+	}
+	t := m[4*Tm+tableRows*btStride:]
+	first, n := t[2*warpTiles], t[2*warpTiles+1]
+	return int(m[Tm+int(first+n)-1]) + 1
 }
 
 // tileTokens is the attention tile of this model (FlashTileTokens), 1 when
@@ -343,7 +356,7 @@ func (b *Backend) attnShape() AttnShape {
 
 // flashScratchFor is the split scratch for steps of up to capT token rows:
 // room for two splits of every row (a full step of decodes beside a long
-// chunk: FlashSplits gives 2 on the H100), and for the splits of steps of
+// chunk: FlashSplits gives the decodes 2 on the H100), and for the splits of steps of
 // few tiles, whose rows × splits stay under capT + W1·SMs·warpTokens/KVHeads
 // (at most 16·capT). A step that would need more gets fewer splits
 // (flashSplits).
@@ -356,16 +369,17 @@ func (b *Backend) flashScratchFor(capT int) int {
 	return rows * a.Heads * (a.HeadDim + 2) * 4
 }
 
-// flashSplits is the KV split count of a step of T token rows in tiles
-// tiles (the first warpTiles on one warp): FlashSplits, lowered until its
-// partials fit the scratch.
-func (b *Backend) flashSplits(T, warpTiles, tiles int) int {
+// flashSplits are the KV splits of a step of T token rows in tiles tiles
+// (the first warpTiles on one warp, the longest other seeing bigKeys
+// keys): FlashSplits, the larger lowered until the partials fit the
+// scratch.
+func (b *Backend) flashSplits(T, warpTiles, tiles, bigKeys int) (warp, big int) {
 	a := b.attnShape()
-	z := FlashSplits(a, b.flashRes, warpTiles, tiles, b.info.SMs)
-	for z > 1 && FlashScratchBytes(a, T, z) > b.capScratch {
-		z--
+	warp, big = FlashSplits(a, b.flashRes, warpTiles, tiles, bigKeys, b.info.SMs)
+	for z := max(warp, big); z > 1 && FlashScratchBytes(a, T, z) > b.capScratch; z-- {
+		warp, big = min(warp, z-1), min(big, z-1)
 	}
-	return z
+	return warp, big
 }
 
 // upMeta copies the step's metadata to the device (runner thread).
@@ -451,9 +465,9 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
 	flash := b.useFlash()
-	splits := 1
+	warpSplits, bigSplits := 1, 1
 	if flash {
-		splits = b.flashSplits(T, b.metaWarpTiles, b.metaTiles)
+		warpSplits, bigSplits = b.flashSplits(T, b.metaWarpTiles, b.metaTiles, b.metaBigKeys)
 	}
 	attention := func(l *devLayer) error {
 		args := AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
@@ -462,7 +476,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return k.PagedAttention(s, shape, args)
 		}
 		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, NumTiles: b.metaTiles, WarpTiles: b.metaWarpTiles,
-			Splits: splits, Scratch: b.flashD})
+			WarpSplits: warpSplits, BigSplits: bigSplits, Scratch: b.flashD})
 	}
 	M := padRows(T, b.capT)
 	b.prof.mark(s, "embed")

@@ -361,20 +361,24 @@ func ropeAttention(g *gpu, c ropeCase) {
 		tiles = append(tiles, int32(j), int32(min(tt, c.nPref-j)))
 	}
 	// The four-warp form on every tile, then as the backend launches it
-	// (the warp tile on one warp) with one KV split and with three.
-	for _, r := range []struct{ z, warpTiles int }{{1, 0}, {1, 1}, {3, 1}} {
+	// (the warp tile on one warp) with one KV split and with three, and
+	// with each launch split its own way (the scratch holds the larger).
+	for _, r := range []struct{ zw, zb, warpTiles int }{{1, 1, 0}, {1, 1, 1}, {3, 3, 1}, {1, 3, 1}, {3, 1, 1}} {
 		fout := g.alloc(T * nh * hd * 2)
 		scratch := DevicePtr(0)
-		if n := FlashScratchBytes(shape, T, r.z); n > 0 {
+		if n := FlashScratchBytes(shape, T, max(r.zw, r.zb)); n > 0 {
 			scratch = g.alloc(n)
+			// Stale partials, as a previous step leaves them: a row whose
+			// launch has fewer splits than the scratch must not merge them.
+			g.ok(g.s.Memset8Async(scratch, 0x3f, n))
 		}
 		g.ok(g.k.FlashAttention(g.s, shape, FlashArgs{
 			AttentionArgs: AttentionArgs{Out: fout, Q: qkvd, QStride: width, KCache: kd, VCache: vd,
 				TokSeq: up(g, tokSeq), Pos: up(g, pos), BlockTables: up(g, bt), BTStride: btStride,
 				T: T, Scale: float32(1 / math.Sqrt(float64(hd)))},
-			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, WarpTiles: r.warpTiles, Splits: r.z, Scratch: scratch,
+			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, WarpTiles: r.warpTiles, WarpSplits: r.zw, BigSplits: r.zb, Scratch: scratch,
 		}))
-		g.check(fmt.Sprintf("attn_mma %d split(s), %d warp tile(s) %s", r.z, r.warpTiles, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
+		g.check(fmt.Sprintf("attn_mma %d/%d split(s), %d warp tile(s) %s", r.zw, r.zb, r.warpTiles, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
 	}
 }
 

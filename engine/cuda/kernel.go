@@ -69,6 +69,19 @@ func (f *Function) ResidentBlocks(threads, dynSmem int) (int, error) {
 	return int(n), nil
 }
 
+// cuFuncAttributeMaxDynamicSharedBytes is
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const cuFuncAttributeMaxDynamicSharedBytes = 8
+
+// SetMaxDynamicShared lets launches of this kernel take up to n bytes of
+// dynamic shared memory: beyond 48 KB a kernel must opt in.
+func (f *Function) SetMaxDynamicShared(n int) error {
+	if err := f.c.d.check("cuFuncSetAttribute", C.tt_cuFuncSetAttribute(f.c.d.c, f.f, C.int(cuFuncAttributeMaxDynamicSharedBytes), C.int(n))); err != nil {
+		return fmt.Errorf("kernel %s: allow %d bytes of dynamic shared memory: %w", f.Name, n, err)
+	}
+	return nil
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 

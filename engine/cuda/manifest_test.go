@@ -130,13 +130,23 @@ func TestKernelConstantsMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"FA_MAX_SPLITS": flashMaxSplit, "FA_WARPS": flashWarps, "GS_WARPS": skinnyThreads / 32} {
+	for name, want := range map[string]int{"FA_MAX_SPLITS": flashMaxSplit, "FA_WARPS": flashWarps, "FA_ROWS": flashRows,
+		"FA_KEYS": flashKeys, "GS_WARPS": skinnyThreads / 32} {
 		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)`).FindSubmatch(b)
 		if m == nil {
 			t.Errorf("kernels.cu defines no %s", name)
 		} else if got := string(m[1]); got != strconv.Itoa(want) {
 			t.Errorf("kernels.cu: %s is %s, the Go side assumes %d", name, got, want)
 		}
+	}
+	// The four-warp attn_mma's dynamic shared memory, as flashSharedBytes
+	// works it out: a launch with less would let the kernel write past it.
+	const smem = "#define FA_SMEM_BYTES(HD) ((FA_WARPS * FA_ROWS + 2 * FA_KEYS) * ((HD) + 8) * 2)"
+	if !strings.Contains(string(b), smem+"\n") {
+		t.Errorf("kernels.cu: FA_SMEM_BYTES is not %q, which flashSharedBytes computes", smem)
+	}
+	if got := flashSharedBytes(128); got != (4*32+2*32)*136*2 {
+		t.Errorf("flashSharedBytes(128) = %d", got)
 	}
 }
 

@@ -21,14 +21,19 @@ func KernelNames() []string {
 
 // Launch shapes; they must match the kernels' assumptions (kernels.cu).
 const (
-	rowThreads    = 256  // norms, embedding, SwiGLU, bias add
-	ropeHeads     = 4    // ROPE_HEADS: qk_norm_rope_store's heads (warps) per block
-	attnThreads   = 128  // ATT_THREADS
-	attnMaxDim    = 256  // 64 × ATT_PAIRS
-	flashWarps    = 4    // FA_WARPS: attn_mma's warps, 16 query rows each
-	flashMaxSplit = 16   // the most KV splits Flash launches
-	sampleThreads = 1024 // SAMPLE_THREADS
-	skinnyThreads = 256  // GS_WARPS · 32: gemm_skinny's block
+	rowThreads    = 256 // norms, embedding, SwiGLU, bias add
+	ropeHeads     = 4   // ROPE_HEADS: qk_norm_rope_store's heads (warps) per block
+	attnThreads   = 128 // ATT_THREADS
+	attnMaxDim    = 256 // 64 × ATT_PAIRS
+	flashWarps    = 4   // FA_WARPS: the four-warp attn_mma's warps
+	flashRows     = 32  // FA_ROWS: query rows a warp of the four-warp attn_mma owns
+	flashKeys     = 32  // FA_KEYS: the four-warp attn_mma's key tile
+	flashMaxSplit = 16  // the most KV splits Flash launches
+	// flashSplitKeys is the fewest keys a four-warp attn_mma split gets
+	// (FlashSplits): four key tiles.
+	flashSplitKeys = 4 * flashKeys
+	sampleThreads  = 1024 // SAMPLE_THREADS
+	skinnyThreads  = 256  // GS_WARPS · 32: gemm_skinny's block
 	// SkinnyMaxRows is the most rows gemm_skinny takes (its widest form,
 	// gemm_skinny_m64).
 	SkinnyMaxRows = 64
@@ -106,6 +111,13 @@ func (c *Context) LoadKernelsFrom(image []byte) (*Kernels, error) {
 		}
 		k.fn[n] = f
 	}
+	for _, hd := range []int{64, 128} {
+		_, w4 := flashKernels(hd)
+		if err := k.fn[w4].SetMaxDynamicShared(flashSharedBytes(hd)); err != nil {
+			k.Close()
+			return nil, err
+		}
+	}
 	return k, nil
 }
 
@@ -121,10 +133,15 @@ func (k *Kernels) Close() error {
 }
 
 func (k *Kernels) launch(name string, grid, block Dim3, s *Stream) error {
+	return k.launchShared(name, grid, block, 0, s)
+}
+
+// launchShared is launch with smem bytes of dynamic shared memory.
+func (k *Kernels) launchShared(name string, grid, block Dim3, smem int, s *Stream) error {
 	if k.pdl {
-		return k.fn[name].LaunchPDL(grid, block, 0, s, k.args)
+		return k.fn[name].LaunchPDL(grid, block, uint32(smem), s, k.args)
 	}
-	return k.fn[name].Launch(grid, block, 0, s, k.args)
+	return k.fn[name].Launch(grid, block, uint32(smem), s, k.args)
 }
 
 func positive(what string, vs ...int) error {
@@ -308,8 +325,14 @@ func FlashSupported(a AttnShape) bool {
 }
 
 // FlashTileTokens is how many consecutive tokens of one sequence an
-// attn_mma tile holds for shape a: 16/G per warp, G = Heads/KVHeads.
-func FlashTileTokens(a AttnShape) int { return flashWarps * FlashWarpTokens(a) }
+// attn_mma tile holds for shape a: 32/G per warp of the four-warp form,
+// G = Heads/KVHeads.
+func FlashTileTokens(a AttnShape) int { return flashWarps * (flashRows / (a.Heads / a.KVHeads)) }
+
+// flashSharedBytes is the dynamic shared memory of the four-warp attn_mma
+// for head dim hd (FA_SMEM_BYTES): its Q rows and one K and one V tile,
+// each row padded by 8 bf16.
+func flashSharedBytes(hd int) int { return (flashWarps*flashRows + 2*flashKeys) * (hd + 8) * 2 }
 
 // FlashWarpTokens is the most tokens a tile may hold to run on one warp
 // (attn_mma_w1): 16/G.
@@ -341,7 +364,7 @@ func (k *Kernels) FlashResidency(hd int) (FlashResidency, error) {
 	if r.W1, err = k.fn[w1].ResidentBlocks(32, 0); err != nil {
 		return r, err
 	}
-	if r.W4, err = k.fn[w4].ResidentBlocks(flashWarps*32, 0); err != nil {
+	if r.W4, err = k.fn[w4].ResidentBlocks(flashWarps*32, flashSharedBytes(hd)); err != nil {
 		return r, err
 	}
 	if r.W1 < 1 || r.W4 < 1 {
@@ -350,26 +373,30 @@ func (k *Kernels) FlashResidency(hd int) (FlashResidency, error) {
 	return r, nil
 }
 
-// FlashSplits is the number of KV splits (attn_mma's gridDim.z) for a step
-// of tiles tiles, the first warpTiles of them on one warp each, on a GPU
-// of sms multiprocessors holding res blocks each. The two launches run
-// one after the other, so each is sized on its own: as many splits as
-// still fit its blocks in one wave of resident blocks, and the step takes
-// the larger of the two (the other launch's extra splits only shorten its
-// blocks' key ranges), at most flashMaxSplit, at least 1. One wave: a
-// second, part-filled wave cost the 64-sequence decode step's attention
-// more than the longer key ranges of fewer splits (H100 ncu: 1.45 waves,
-// 52% of DRAM bandwidth). It depends on the tile counts only, so a decode
-// graph's bucket always gets the same value.
-func FlashSplits(a AttnShape, res FlashResidency, warpTiles, tiles, sms int) int {
-	z := 1
-	if warpTiles > 0 {
-		z = max(z, max(res.W1, 1)*sms/(warpTiles*a.KVHeads))
+// FlashSplits are the KV splits (attn_mma's gridDim.z) of a step's two
+// launches, for tiles tiles, the first warpTiles of them on one warp each,
+// the longest of the others seeing bigKeys keys, on a GPU of sms
+// multiprocessors holding res blocks each: warp for the one-warp launch,
+// big for the four-warp one. The launches run one after the other, so
+// each is sized on its own: as many splits as still fit its blocks in one
+// wave of resident blocks, at most flashMaxSplit, at least 1; a four-warp
+// split also keeps at least flashSplitKeys keys, since each of its blocks
+// first copies its 128 query rows (32 KB at head dim 128) to shared
+// memory. One wave: a second, part-filled wave cost the 64-sequence decode
+// step's attention more than the longer key ranges of fewer splits (H100
+// ncu: 1.45 waves, 52% of DRAM bandwidth). Each its own: with one count
+// for both, 63 decodes beside a 256-token chunk took the chunk's 4 and
+// ran two waves of one-warp blocks (docs/BENCHMARKS.md). It depends on
+// the tile counts only, so a decode graph's bucket always gets the same
+// values.
+func FlashSplits(a AttnShape, res FlashResidency, warpTiles, tiles, bigKeys, sms int) (warp, big int) {
+	fill := func(perSM, blocks int) int {
+		if blocks <= 0 {
+			return 1
+		}
+		return min(max(1, max(perSM, 1)*sms/(blocks*a.KVHeads)), flashMaxSplit)
 	}
-	if big := tiles - warpTiles; big > 0 {
-		z = max(z, max(res.W4, 1)*sms/(big*a.KVHeads))
-	}
-	return min(z, flashMaxSplit)
+	return fill(res.W1, warpTiles), max(1, min(fill(res.W4, tiles-warpTiles), bigKeys/flashSplitKeys))
 }
 
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows
@@ -391,8 +418,12 @@ type FlashArgs struct {
 	// FlashWarpTokens tokens each; they run on one-warp blocks
 	// (attn_mma_w1), the rest on four-warp blocks.
 	WarpTiles int
-	Splits    int       // KV splits, 1..16 (FlashSplits)
-	Scratch   DevicePtr // FlashScratchBytes(shape, T, Splits) bytes when Splits > 1
+	// WarpSplits and BigSplits are the KV splits, 1..16, of the one-warp
+	// and the four-warp launch (FlashSplits).
+	WarpSplits, BigSplits int
+	// Scratch holds FlashScratchBytes(shape, T, max(WarpSplits,
+	// BigSplits)) bytes when that is more than one split.
+	Scratch DevicePtr
 }
 
 // FlashAttention is PagedAttention on the tensor cores (attn_mma in
@@ -405,37 +436,38 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 	if !FlashSupported(a) {
 		return fmt.Errorf("%w: attn_mma takes head dim 64 or 128 and at most 16 heads per KV head, not %+v", ErrBadLaunch, a)
 	}
-	if err := positive("attn_mma", p.T, p.QStride, p.BTStride, p.NumTiles, p.Splits); err != nil {
+	if err := positive("attn_mma", p.T, p.QStride, p.BTStride, p.NumTiles, p.WarpSplits, p.BigSplits); err != nil {
 		return err
 	}
-	if p.Splits > flashMaxSplit || (p.Splits > 1 && p.Scratch == 0) {
-		return fmt.Errorf("%w: %d KV splits (at most %d, with scratch)", ErrBadLaunch, p.Splits, flashMaxSplit)
+	zs := max(p.WarpSplits, p.BigSplits) // the scratch's splits a row
+	if zs > flashMaxSplit || (zs > 1 && p.Scratch == 0) {
+		return fmt.Errorf("%w: %d and %d KV splits (at most %d, with scratch)", ErrBadLaunch, p.WarpSplits, p.BigSplits, flashMaxSplit)
 	}
 	if p.WarpTiles < 0 || p.WarpTiles > p.NumTiles {
 		return fmt.Errorf("%w: %d warp tiles of %d", ErrBadLaunch, p.WarpTiles, p.NumTiles)
 	}
 	acc := p.Scratch
-	ml := acc + DevicePtr(p.T*a.Heads*p.Splits*a.HeadDim*4)
-	launch := func(name string, tiles DevicePtr, n, warps int) error {
+	ml := acc + DevicePtr(p.T*a.Heads*zs*a.HeadDim*4)
+	launch := func(name string, tiles DevicePtr, n, z, warps, smem int) error {
 		if n == 0 {
 			return nil
 		}
 		k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).
 			Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(tiles).I32(int32(a.Heads)).
-			I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E))
-		return k.launch(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(p.Splits)}, Dim3{uint32(warps) * 32, 1, 1}, s)
+			I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E)).I32(int32(zs))
+		return k.launchShared(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(z)}, Dim3{uint32(warps) * 32, 1, 1}, smem, s)
 	}
 	w1, w4 := flashKernels(a.HeadDim)
-	if err := launch(w1, p.Tiles, p.WarpTiles, 1); err != nil {
+	if err := launch(w1, p.Tiles, p.WarpTiles, p.WarpSplits, 1, 0); err != nil {
 		return err
 	}
-	if err := launch(w4, p.Tiles+DevicePtr(8*p.WarpTiles), p.NumTiles-p.WarpTiles, flashWarps); err != nil {
+	if err := launch(w4, p.Tiles+DevicePtr(8*p.WarpTiles), p.NumTiles-p.WarpTiles, p.BigSplits, flashWarps, flashSharedBytes(a.HeadDim)); err != nil {
 		return err
 	}
-	if p.Splits == 1 {
+	if zs == 1 {
 		return nil
 	}
-	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(a.Heads)).I32(int32(a.HeadDim)).I32(int32(p.Splits))
+	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(a.Heads)).I32(int32(a.HeadDim)).I32(int32(zs))
 	return k.launch("attn_combine", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{128, 1, 1}, s)
 }
 

@@ -19,7 +19,8 @@ import (
 // CUDA events, for the steps the serve benchmark runs — batch-1 decode,
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
 // at positions 768–1023 beside 63 decoding sequences, a 256-token
-// prefill, and the steps of the fresh-prompt run (two whole 1,024-token
+// prefill, the uncached 12-token tails of 64 cached prompts, and the
+// steps of the fresh-prompt run (two whole 1,024-token
 // prompts at the default token budget, four at a budget of 4,096) — and
 // the wall time of a 64-row decode step with logits to the host (Forward)
 // against token ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
@@ -63,16 +64,20 @@ func TestGPUStepProfile(t *testing.T) {
 		bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: 999, Tokens: toks, Pos: 768, Blocks: tables[seqs-1], WantLogits: false})
 		return bt
 	}
-	// n whole 1,024-token prompts in one step: what a step of the
-	// 64-stream fresh-prompt benchmark runs at a token budget of n·1,024.
-	prompts := func(n int) *sched.Batch {
+	// n sequences' chunks of length tokens at position pos in one step:
+	// chunks(n, 1024, 0) is n whole 1,024-token prompts, what a step of the
+	// 64-stream fresh-prompt benchmark runs at a token budget of n·1,024;
+	// chunks(64, 12, 848) the uncached 12-token tails of 64 prompts whose
+	// first 848 tokens hit the prefix cache, what the 64-stream run on
+	// cached prompts prefills (one short tile a sequence at a long context).
+	chunks := func(n, length, pos int) *sched.Batch {
 		bt := &sched.Batch{}
 		for i := 0; i < n; i++ {
-			toks := make([]int32, 1024)
+			toks := make([]int32, length)
 			for j := range toks {
-				toks[j] = int32((i*1024+j)*7%5000 + 3)
+				toks[j] = int32((i*length+j)*7%5000 + 3)
 			}
-			bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: uint64(100 + i), Tokens: toks, Pos: 0, Blocks: tables[i], WantLogits: true})
+			bt.Seqs = append(bt.Seqs, sched.SeqChunk{SeqID: uint64(100 + i), Tokens: toks, Pos: pos, Blocks: tables[i], WantLogits: true})
 		}
 		return bt
 	}
@@ -90,8 +95,9 @@ func TestGPUStepProfile(t *testing.T) {
 		{"decode b64 ctx 1100", decode(seqs, ctxLen)},
 		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
-		{"prefill 2 x 1024 @0", prompts(2)},
-		{"prefill 4 x 1024 @0", prompts(4)},
+		{"prefill 64 x 12 @848 (cached prompts)", chunks(seqs, 12, 848)},
+		{"prefill 2 x 1024 @0", chunks(2, 1024, 0)},
+		{"prefill 4 x 1024 @0", chunks(4, 1024, 0)},
 	}
 	const reps = 5
 	// Every case with each attention kernel and each GEMM path, side by

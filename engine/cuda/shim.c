@@ -64,6 +64,7 @@ tt_cuda *tt_cuda_open(const char *path, char *err, size_t errlen) {
 	RESOLVE(cuModuleUnload, "cuModuleUnload");
 	RESOLVE(cuModuleGetFunction, "cuModuleGetFunction");
 	RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+	RESOLVE(cuFuncSetAttribute, "cuFuncSetAttribute");
 	RESOLVE(cuLaunchKernel, "cuLaunchKernel");
 	*(void **)(&c->cuLaunchKernelEx) = dlsym(c->lib, "cuLaunchKernelEx"); // optional
 	RESOLVE(cuStreamBeginCapture, "cuStreamBeginCapture_v2");

@@ -78,6 +78,7 @@ typedef struct tt_cuda {
 	tt_CUresult (*cuModuleUnload)(tt_CUmodule);
 	tt_CUresult (*cuModuleGetFunction)(tt_CUfunction *, tt_CUmodule, const char *);
 	tt_CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, tt_CUfunction, int, size_t);
+	tt_CUresult (*cuFuncSetAttribute)(tt_CUfunction, int, int);
 	tt_CUresult (*cuLaunchKernel)(tt_CUfunction, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, tt_CUstream, void **, void **);
 	// Optional (NULL on drivers before CUDA 12.0): programmatic dependent

@@ -45,6 +45,7 @@ static inline tt_CUresult tt_cuModuleLoadData(tt_cuda *c, tt_CUmodule * a0, cons
 static inline tt_CUresult tt_cuModuleUnload(tt_cuda *c, tt_CUmodule a0) { return c->cuModuleUnload(a0); }
 static inline tt_CUresult tt_cuModuleGetFunction(tt_cuda *c, tt_CUfunction * a0, tt_CUmodule a1, const char * a2) { return c->cuModuleGetFunction(a0, a1, a2); }
 static inline tt_CUresult tt_cuOccupancyMaxActiveBlocksPerMultiprocessor(tt_cuda *c, int * a0, tt_CUfunction a1, int a2, size_t a3) { return c->cuOccupancyMaxActiveBlocksPerMultiprocessor(a0, a1, a2, a3); }
+static inline tt_CUresult tt_cuFuncSetAttribute(tt_cuda *c, tt_CUfunction a0, int a1, int a2) { return c->cuFuncSetAttribute(a0, a1, a2); }
 static inline tt_CUresult tt_cuLaunchKernel(tt_cuda *c, tt_CUfunction a0, unsigned int a1, unsigned int a2, unsigned int a3, unsigned int a4, unsigned int a5, unsigned int a6, unsigned int a7, tt_CUstream a8, void ** a9, void ** a10) { return c->cuLaunchKernel(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10); }
 static inline tt_CUresult tt_cuLaunchKernelEx(tt_cuda *c, const tt_CUlaunchConfig * a0, tt_CUfunction a1, void ** a2, void ** a3) { return c->cuLaunchKernelEx(a0, a1, a2, a3); }
 static inline tt_CUresult tt_cuStreamBeginCapture(tt_cuda *c, tt_CUstream a0, int a1) { return c->cuStreamBeginCapture(a0, a1); }

@@ -150,6 +150,16 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned int a[
 }
 #endif
 
+// DYNAMIC_SHARED(name) declares the block's dynamic shared memory (the
+// launch's sharedMem bytes) as a 16-byte-aligned byte array: what a block
+// needs beyond the 48 KB it may declare statically. In the CPU emulator
+// (no __CUDACC__) it is a static array of 128 KB.
+#if defined(__CUDACC__)
+#define DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#else
+#define DYNAMIC_SHARED(name) static __align__(16) unsigned char name[1 << 17]
+#endif
+
 // ldmatrix_x4 loads four 8×8 matrices of 16-bit elements from shared
 // memory, one warp together: lane l gives the address of row l%8 of matrix
 // l/8 (16 contiguous bytes, 16-byte aligned), and lane t receives in r[j]

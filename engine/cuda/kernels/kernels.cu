@@ -476,15 +476,17 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 //
 // attn_mma is the attention of every step shape (prefill chunks, decode
 // tokens, both mixed) on the tensor cores. A block takes one tile — up to
-// FA_WARPS·(16/G) consecutive tokens of one sequence, G = nh/nkv query heads
-// per KV head — for one KV head, so the G heads of a GQA group and the
-// tile's tokens share every K/V row it reads: each key tile (FA_KEYS keys)
-// is read from the paged cache once into shared memory and used by up to
-// 64 query rows (paged_attention reads it once per query head and token).
-// Warp w owns 16 query rows, row r = (token w·(16/G) + r/G, head r%G of
-// the group); S = Q·Kᵀ and O += P·V are mma.m16n8k16 (bf16 in, fp32
-// accumulate), the softmax is online in fp32 (flash-attention 2), P
-// enters the second product as a bf16 pair (hi + lo).
+// FA_WARPS·(FA_ROWS/G) consecutive tokens of one sequence, G = nh/nkv
+// query heads per KV head — for one KV head, so the G heads of a GQA group
+// and the tile's tokens share every K/V row it reads: each key tile
+// (FA_KEYS keys) is read from the paged cache once into shared memory and
+// used by up to 128 query rows (paged_attention reads it once per query
+// head and token). Warp w owns FA_ROWS query rows, row r = (token
+// w·(FA_ROWS/G) + r/G, head r%G of the group), as two m-tiles of 16 that
+// share each K and V fragment it loads; S = Q·Kᵀ and O += P·V are
+// mma.m16n8k16 (bf16 in, fp32 accumulate), the softmax is online in fp32
+// (flash-attention 2), P enters the second product as a bf16 pair (hi +
+// lo).
 //
 // Split-KV: gridDim.z = Z splits the tile's keys [0, n) into Z ranges of
 // whole key tiles, for when tiles × KV heads alone would leave the GPU
@@ -492,18 +494,28 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // all of a tile's keys, writes out directly; otherwise each split writes
 // its unnormalised output and (max, sum) to part_acc and part_ml, and
 // attn_combine merges them. Each tile divides its own key count, so a
-// CUDA graph captured with a fixed Z stays right as contexts grow.
+// CUDA graph captured with a fixed Z stays right as contexts grow. The two
+// forms of a step are two launches, each with its own Z (what fills a
+// wave of its blocks), over one scratch of zs ≥ Z splits a row: a row's
+// split-0 block marks its splits from Z to zs empty, so attn_combine
+// (over zs) merges only what the row's launch wrote.
 //
 // tiles holds (first token row, token count) per tile; grid (tiles, nkv,
 // Z), block WARPS·32 (FA_WARPS, or 1 for attn_mma_w1_*, whose tiles hold
-// at most 16/G tokens). HD (the head dim) is 64 or 128; G ≤ 16.
+// at most 16/G tokens). HD (the head dim) is 64 or 128; G ≤ 16. The
+// four-warp form takes FA_SMEM_BYTES(HD) of dynamic shared memory.
+//
+// Two m-tiles a warp (FA_ROWS 32): with one (16 rows), each K fragment a
+// warp loaded fed two mma and the warps stalled on dependent instructions
+// (H100 Nsight Compute: no eligible warp 62% of cycles, 2 × 1,024 prefill
+// attention at ~110 TFLOP/s; docs/BENCHMARKS.md).
 #define FA_WARPS 4
-#define FA_KEYS 64
-// The one-warp form (attn_mma_w1_*) for tiles that fit in a warp (decode
-// tokens, short chunk ends): a four-warp block on such a tile computes on
-// one warp while three only load, and holds the SM's registers and shared
-// memory for all four. One warp per block with 32-key tiles (17 KB of
-// shared memory) lets eight such blocks share an SM, eight warps computing.
+#define FA_ROWS 32
+// 32-key tiles: with 64 the two m-tiles' scores did not fit beside O in
+// registers (300 bytes spilled) and prefill attention was slower than
+// with 16 rows a warp.
+#define FA_KEYS 32
+#define FA_SMEM_BYTES(HD) ((FA_WARPS * FA_ROWS + 2 * FA_KEYS) * ((HD) + 8) * 2)
 #define FA1_KEYS 32
 
 // attn_load_tile issues the cp.async copies of KEYS keys from k0 of one
@@ -529,16 +541,33 @@ __device__ __forceinline__ void attn_load_tile(bf16 (*dst)[HD + 8], const bf16 *
 	}
 }
 
-template <int HD, int WARPS, int KEYS>
+template <int HD, int WARPS, int KEYS, int MT>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
 	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
-	const int *tiles, int nh, int nkv, int block_size, float scale_log2) {
+	const int *tiles, int nh, int nkv, int block_size, float scale_log2, int zs) {
 	KERNEL_ENTRY();
-	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 keys at
-	// one column then fall in 8 different bank quads.
-	__shared__ __align__(16) bf16 sk[KEYS][HD + 8];
-	__shared__ __align__(16) bf16 sv[KEYS][HD + 8];
-	const int G = nh / nkv, TPW = 16 / G;
+	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 rows at
+	// one column then fall in 8 different bank quads. The one-warp form
+	// keeps Q in registers and K/V tiles in static shared memory; the
+	// four-warp form has twice the rows a warp, and Q's fragments would
+	// not fit beside them in registers, so Q waits in shared memory too:
+	// more than the 48 KB a block may declare statically, so it is the
+	// launch's dynamic shared memory (FA_SMEM_BYTES).
+	bf16 (*sq)[HD + 8], (*sk)[HD + 8], (*sv)[HD + 8];
+	if constexpr (MT == 1) {
+		__shared__ __align__(16) bf16 k_tile[KEYS][HD + 8];
+		__shared__ __align__(16) bf16 v_tile[KEYS][HD + 8];
+		sq = nullptr;
+		sk = k_tile;
+		sv = v_tile;
+	} else {
+		DYNAMIC_SHARED(dyn);
+		sq = (bf16 (*)[HD + 8])dyn;
+		sk = sq + WARPS * 16 * MT;
+		sv = sk + KEYS;
+	}
+	constexpr int NR = 2 * MT; // rows a thread holds: gid + 8·i of each of its warp's MT m-tiles
+	const int G = nh / nkv, TPW = 16 * MT / G;
 	// The grid is (tiles, nkv, Z) and blocks start in x-fastest order. The
 	// four-warp form reads it KV-head-fastest instead, so the nkv blocks of
 	// one tile start together and the tiles start in the order of the
@@ -564,11 +593,12 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	const int kb = z * per, ke = min(n, kb + per);
 	const bool whole = kb == 0 && ke == n; // this split has every key
 
-	// This thread's two rows (gid, gid + 8) of its warp's 16.
-	int rtok[2], rhead[2], rpos[2];
+	// This thread's rows: i = 2·mt + h is row gid + 8h of m-tile mt, the
+	// warp's row r = 16·mt + gid + 8h = (token w·TPW + r/G, head r%G).
+	int rtok[NR], rhead[NR], rpos[NR];
 #pragma unroll
-	for (int i = 0; i < 2; i++) {
-		int r = gid + 8 * i, lt = w * TPW + r / G;
+	for (int i = 0; i < NR; i++) {
+		int r = 16 * (i >> 1) + gid + 8 * (i & 1), lt = w * TPW + r / G;
 		bool ok = r < TPW * G && lt < cnt;
 		rtok[i] = t0 + (ok ? lt : 0);
 		rhead[i] = g * G + r % G;
@@ -578,34 +608,57 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		// An empty split: weight zero in the combine.
 		if (tig == 0)
 #pragma unroll
-			for (int i = 0; i < 2; i++)
+			for (int i = 0; i < NR; i++)
 				if (rpos[i] >= 0) {
-					long long pr = ((long long)rtok[i] * nh + rhead[i]) * Z + z;
+					long long pr = ((long long)rtok[i] * nh + rhead[i]) * zs + z;
 					part_ml[2 * pr] = NEG_INF;
 					part_ml[2 * pr + 1] = 0.f;
 				}
 		return;
 	}
 	const bool active = w * TPW < cnt;
-	const int wmax = warp_max_int(max(rpos[0], rpos[1])); // the warp's last key
+	int hi_pos = -1, lo_pos = 0x7fffffff;
+#pragma unroll
+	for (int i = 0; i < NR; i++) {
+		hi_pos = max(hi_pos, rpos[i]);
+		lo_pos = min(lo_pos, rpos[i] < 0 ? 0x7fffffff : rpos[i]);
+	}
+	const int wmax = warp_max_int(hi_pos); // the warp's last key
 	// The smallest position among the warp's valid rows (rows past the
 	// tile left out): the last key every one of them sees, so key tiles
 	// that end by it and inside the split need no mask.
-	const int wmin = -warp_max_int(-min(rpos[0] < 0 ? 0x7fffffff : rpos[0], rpos[1] < 0 ? 0x7fffffff : rpos[1]));
+	const int wmin = -warp_max_int(-lo_pos);
 
-	unsigned int qa[HD / 16][4];
+	// Q: the one-warp form's A fragments in registers; the four-warp
+	// form's rows copied into sq (zeros for rows past the tile), in the
+	// first cp.async group with K(0).
+	unsigned int qa[MT == 1 ? HD / 16 : 1][4];
+	if constexpr (MT == 1) {
 #pragma unroll
-	for (int ks = 0; ks < HD / 16; ks++)
+		for (int ks = 0; ks < HD / 16; ks++)
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			int i = j & 1, col = ks * 16 + tig * 2 + (j >> 1) * 8;
-			const bf16 *qr = q + (long long)rtok[i] * q_stride + rhead[i] * HD + col;
-			qa[ks][j] = rpos[i] >= 0 ? *(const unsigned int *)qr : 0u;
+			for (int j = 0; j < 4; j++) {
+				int i = j & 1, col = ks * 16 + tig * 2 + (j >> 1) * 8;
+				const bf16 *qr = q + (long long)rtok[i] * q_stride + rhead[i] * HD + col;
+				qa[ks][j] = rpos[i] >= 0 ? *(const unsigned int *)qr : 0u;
+			}
+	} else {
+		constexpr int CH = HD / 8, R = 16 * MT;
+		for (int c = threadIdx.x; c < WARPS * R * CH; c += WARPS * 32) {
+			int row = c / CH, part = c % CH, r = row % R, lt = (row / R) * TPW + r / G;
+			bool ok = r < TPW * G && lt < cnt;
+			const bf16 *src = q + (long long)(t0 + (ok ? lt : 0)) * q_stride + (g * G + r % G) * HD + part * 8;
+			cp_async16(&sq[row][part * 8], src, ok);
 		}
-	float o[HD / 8][4];
+	}
+	float o[MT][HD / 8][4];
 #pragma unroll
-	for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-	float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int d = 0; d < HD / 8; d++) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.f;
+	float m[NR], l[NR];
+#pragma unroll
+	for (int i = 0; i < NR; i++) m[i] = NEG_INF, l[i] = 0.f;
 	// K and V tiles travel by cp.async straight into shared memory, one
 	// stage ahead of their use: V(i) loads while S(i) = Q·K(i)ᵀ and its
 	// softmax run, K(i+1) while O += P·V(i) runs. (Staging each tile
@@ -626,83 +679,128 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		// sv is free: every warp passed the barrier after the previous P·V.
 		load(sv, vcache, k0);
 		cp_async_commit();
-		cp_async_wait<1>(); // this thread's part of K(i)
+		cp_async_wait<1>(); // this thread's part of K(i) (and of Q)
 		__syncthreads();    // everyone's
 		const bool use = active && k0 <= wmax; // some row of this warp sees these keys
-		float s[KEYS / 8][4]; // scores: read only where use holds
+		float s[MT][KEYS / 8][4]; // scores: read only where use holds
 		if (use) {
 #pragma unroll
-			for (int nt = 0; nt < KEYS / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-			// K fragments by ldmatrix: matrices (key octet nt, dims
-			// ks·16 + 0..7 | 8..15) and the same for octet nt+1.
+			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-			for (int ks = 0; ks < HD / 16; ks++)
+				for (int nt = 0; nt < KEYS / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+			// K fragments by ldmatrix: matrices (key octet nt, dims
+			// ks·16 + 0..7 | 8..15) and the same for octet nt+1, each
+			// used by every m-tile; the four-warp form's Q fragments by
+			// ldmatrix too: matrices (rows 0..7 | 8..15, dims ks·16 +
+			// 0..7 | 8..15), the mma A layout.
+#pragma unroll
+			for (int ks = 0; ks < HD / 16; ks++) {
+				unsigned int a[MT][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) {
+					if constexpr (MT == 1) {
+#pragma unroll
+						for (int j = 0; j < 4; j++) a[mt][j] = qa[ks][j];
+					} else {
+						ldmatrix_x4(a[mt], &sq[w * 16 * MT + mt * 16 + (lane & 15)][ks * 16 + (lane >> 4) * 8]);
+					}
+				}
 #pragma unroll
 				for (int nt = 0; nt < KEYS / 8; nt += 2) {
 					unsigned int b[4];
 					ldmatrix_x4(b, &sk[nt * 8 + (lane >> 4) * 8 + (lane & 7)][ks * 16 + ((lane >> 3) & 1) * 8]);
-					mma_bf16_16816(s[nt], qa[ks], b);
-					mma_bf16_16816(s[nt + 1], qa[ks], b + 2);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++) {
+						mma_bf16_16816(s[mt][nt], a[mt], b);
+						mma_bf16_16816(s[mt][nt + 1], a[mt], b + 2);
+					}
 				}
-			// Mask (causal, split range, padding rows), scale, online
-			// softmax. Only the tiles on the causal diagonal or at the
+			}
+			// Mask (causal, split range, padding rows) and online softmax in
+			// log2 units. Only the tiles on the causal diagonal or at the
 			// split's end mask (the branch is the same for the whole warp);
 			// a padding row in an unmasked tile scores its zero query, and
-			// is never written.
-			float mx[2] = {NEG_INF, NEG_INF};
+			// is never written. The row maximum is taken on the raw scores
+			// (the scale is positive, and rounding a product by it keeps
+			// the order, so it is the maximum of the scaled ones) and each
+			// p is one fused exp2(s·scale − max), as flash-attention does.
+			// The maxima and sums run as two chains a row (even and odd
+			// key octets), not one: their latency, not the arithmetic, was
+			// what the warps waited on.
+			float mx[NR][2];
+#pragma unroll
+			for (int i = 0; i < NR; i++) mx[i][0] = mx[i][1] = NEG_INF;
 			if (k0 + KEYS <= ke && k0 + KEYS - 1 <= wmin) {
 #pragma unroll
-				for (int nt = 0; nt < KEYS / 8; nt++)
+				for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-					for (int e = 0; e < 4; e++) {
-						float v = s[nt][e] * scale_log2;
-						s[nt][e] = v;
-						mx[e >> 1] = fmaxf(mx[e >> 1], v);
-					}
+					for (int nt = 0; nt < KEYS / 8; nt++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							float &x = mx[2 * mt + (e >> 1)][nt & 1];
+							x = fmaxf(x, s[mt][nt][e]);
+						}
 			} else {
 #pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int nt = 0; nt < KEYS / 8; nt++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							int i = 2 * mt + (e >> 1), j = k0 + nt * 8 + tig * 2 + (e & 1);
+							float v = (j <= rpos[i] && j < ke) ? s[mt][nt][e] : NEG_INF;
+							s[mt][nt][e] = v;
+							mx[i][nt & 1] = fmaxf(mx[i][nt & 1], v);
+						}
+			}
+			float corr[NR], mu[NR];
+			bool rescale = false;
+#pragma unroll
+			for (int i = 0; i < NR; i++) {
+				float x = fmaxf(mx[i][0], mx[i][1]);
+				x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+				x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+				float mn = fmaxf(m[i], x * scale_log2);
+				mu[i] = mn == NEG_INF ? 0.f : mn; // a row with no key yet: p = 0, no NaN
+				corr[i] = exp2f(m[i] - mu[i]);
+				rescale |= corr[i] != 1.f;
+				m[i] = mn;
+			}
+			float rs[NR][2];
+#pragma unroll
+			for (int i = 0; i < NR; i++) rs[i][0] = rs[i][1] = 0.f;
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++)
+#pragma unroll
 				for (int nt = 0; nt < KEYS / 8; nt++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						int i = e >> 1, j = k0 + nt * 8 + tig * 2 + (e & 1);
-						float v = (j <= rpos[i] && j < ke) ? s[nt][e] * scale_log2 : NEG_INF;
-						s[nt][e] = v;
-						mx[i] = fmaxf(mx[i], v);
+						const int i = 2 * mt + (e >> 1);
+						float p = exp2f(fmaf(s[mt][nt][e], scale_log2, -mu[i]));
+						s[mt][nt][e] = p;
+						rs[i][nt & 1] += p;
 					}
+#pragma unroll
+			for (int i = 0; i < NR; i++) {
+				float r = rs[i][0] + rs[i][1];
+				r += __shfl_xor_sync(0xffffffffu, r, 1);
+				r += __shfl_xor_sync(0xffffffffu, r, 2);
+				l[i] = l[i] * corr[i] + r;
 			}
-			float corr[2];
+			// O's rescale, skipped when no row of the warp found a larger
+			// maximum in this tile (every factor exactly 1): later key
+			// tiles of a long row rarely do, and the rescale is 64
+			// multiplies a thread and m-tile.
+			if (__any_sync(0xffffffffu, rescale))
 #pragma unroll
-			for (int i = 0; i < 2; i++) {
-				mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-				mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-				float mn = fmaxf(m[i], mx[i]);
-				float mu = mn == NEG_INF ? 0.f : mn; // a row with no key yet: p = 0, no NaN
-				corr[i] = exp2f(m[i] - mu);
-				m[i] = mn;
-				mx[i] = mu;
-			}
-			float rs[2] = {0.f, 0.f};
+				for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-			for (int nt = 0; nt < KEYS / 8; nt++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					float p = exp2f(s[nt][e] - mx[e >> 1]);
-					s[nt][e] = p;
-					rs[e >> 1] += p;
-				}
-#pragma unroll
-			for (int i = 0; i < 2; i++) {
-				rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-				rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-				l[i] = l[i] * corr[i] + rs[i];
-			}
-#pragma unroll
-			for (int d = 0; d < HD / 8; d++) {
-				o[d][0] *= corr[0];
-				o[d][1] *= corr[0];
-				o[d][2] *= corr[1];
-				o[d][3] *= corr[1];
-			}
+					for (int d = 0; d < HD / 8; d++) {
+						o[mt][d][0] *= corr[2 * mt];
+						o[mt][d][1] *= corr[2 * mt];
+						o[mt][d][2] *= corr[2 * mt + 1];
+						o[mt][d][3] *= corr[2 * mt + 1];
+					}
 		}
 		cp_async_wait<0>(); // this thread's part of V(i)
 		__syncthreads();    // everyone's; and every warp is done with sk
@@ -717,55 +815,69 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		if (use)
 #pragma unroll
 			for (int kk = 0; kk < KEYS / 16; kk++) {
-				unsigned int hi[4], lo[4];
-				split_bf16x2(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
-				split_bf16x2(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
-				split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
-				split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
+				unsigned int hi[MT][4], lo[MT][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) {
+					split_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1], hi[mt][0], lo[mt][0]);
+					split_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3], hi[mt][1], lo[mt][1]);
+					split_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], hi[mt][2], lo[mt][2]);
+					split_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], hi[mt][3], lo[mt][3]);
+				}
 				// V fragments by ldmatrix.trans: matrices (keys kk·16 +
 				// 0..7 | 8..15, dim octet d) and the same for octet d+1.
 #pragma unroll
 				for (int d = 0; d < HD / 8; d += 2) {
 					unsigned int b[4];
 					ldmatrix_x4_trans(b, &sv[kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)][(d + (lane >> 4)) * 8]);
-					mma_bf16_16816(o[d], hi, b);
-					mma_bf16_16816(o[d], lo, b);
-					mma_bf16_16816(o[d + 1], hi, b + 2);
-					mma_bf16_16816(o[d + 1], lo, b + 2);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++) {
+						mma_bf16_16816(o[mt][d], hi[mt], b);
+						mma_bf16_16816(o[mt][d], lo[mt], b);
+						mma_bf16_16816(o[mt][d + 1], hi[mt], b + 2);
+						mma_bf16_16816(o[mt][d + 1], lo[mt], b + 2);
+					}
 				}
 			}
 		__syncthreads(); // every warp is done with sv
 	}
 	if (!active) return;
 #pragma unroll
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < NR; i++) {
 		if (rpos[i] < 0) continue;
+		const int mt = i >> 1, h = i & 1;
 		long long row = (long long)rtok[i] * nh + rhead[i];
 		if (whole) {
 			float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
 			bf16 *dst = out + row * HD + tig * 2;
 #pragma unroll
 			for (int d = 0; d < HD / 8; d++)
-				*(unsigned int *)(dst + d * 8) = pack_bf16x2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+				*(unsigned int *)(dst + d * 8) = pack_bf16x2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
 			// The other splits are empty: nothing for attn_combine to merge.
-			if (Z > 1 && tig == 0) {
-				long long pr = row * Z + z;
+			if (zs > 1 && tig == 0) {
+				long long pr = row * zs + z;
 				part_ml[2 * pr] = NEG_INF;
 				part_ml[2 * pr + 1] = 0.f;
 			}
 		} else {
-			long long pr = row * Z + z;
+			long long pr = row * zs + z;
 			float *dst = part_acc + pr * HD + tig * 2;
 #pragma unroll
 			for (int d = 0; d < HD / 8; d++) {
-				dst[d * 8] = o[d][2 * i];
-				dst[d * 8 + 1] = o[d][2 * i + 1];
+				dst[d * 8] = o[mt][d][2 * h];
+				dst[d * 8 + 1] = o[mt][d][2 * h + 1];
 			}
 			if (tig == 0) {
 				part_ml[2 * pr] = m[i];
 				part_ml[2 * pr + 1] = l[i];
 			}
 		}
+		// Splits this launch does not have, of the scratch's zs.
+		if (z == 0 && tig == 0)
+			for (int e = Z; e < zs; e++) {
+				long long pr = row * zs + e;
+				part_ml[2 * pr] = NEG_INF;
+				part_ml[2 * pr + 1] = 0.f;
+			}
 	}
 }
 
@@ -807,21 +919,21 @@ extern "C" {
 #define ATTN_MMA_ARGS                                                                                                   \
 	bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride, const bf16 *kcache, const bf16 *vcache,  \
 		const int *tok_seq, const int *pos, const int *block_tables, int bt_stride, const int *tiles, int nh, int nkv, \
-		int block_size, float scale_log2
+		int block_size, float scale_log2, int zs
 #define ATTN_MMA_PASS                                                                                                   \
 	out, part_acc, part_ml, q, q_stride, kcache, vcache, tok_seq, pos, block_tables, bt_stride, tiles, nh, nkv,        \
-		block_size, scale_log2
+		block_size, scale_log2, zs
 
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd128(ATTN_MMA_ARGS) {
-	attn_mma_body<128, FA_WARPS, FA_KEYS>(ATTN_MMA_PASS);
+	attn_mma_body<128, FA_WARPS, FA_KEYS, FA_ROWS / 16>(ATTN_MMA_PASS);
 }
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd64(ATTN_MMA_ARGS) {
-	attn_mma_body<64, FA_WARPS, FA_KEYS>(ATTN_MMA_PASS);
+	attn_mma_body<64, FA_WARPS, FA_KEYS, FA_ROWS / 16>(ATTN_MMA_PASS);
 }
-__global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mma_body<128, 1, FA1_KEYS>(ATTN_MMA_PASS); }
-__global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS>(ATTN_MMA_PASS); }
+__global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mma_body<128, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }
+__global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }
 
-// attn_combine merges attn_mma's Z split partials of each (token, head)
+// attn_combine merges attn_mma's Z split partials (Z: attn_mma's zs) of each (token, head)
 // row: one warp turns the Z (max, sum) pairs into weights at once
 // (split_weight), then each thread merges its columns (split_merge). It
 // used to loop over the splits one load after another, twice for the

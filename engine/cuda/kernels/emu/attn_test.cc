@@ -113,7 +113,7 @@ bool run(const Case &c, std::mt19937 &rng) {
 	report("paged_attention", out);
 	// Tiles as the backend cuts them (engine/cuda stepMeta): runs of up to
 	// tileTokens, those that fit in a warp (≤ 16/G tokens) first.
-	const int tileTokens = FA_WARPS * (16 / G), warpTokens = 16 / G;
+	const int tileTokens = FA_WARPS * (FA_ROWS / G), warpTokens = 16 / G;
 	std::vector<int> small, big;
 	for (int s = 0, t = 0; s < S; t += c.chunks[s].len, s++)
 		for (int j = 0; j < c.chunks[s].len; j += tileTokens) {
@@ -125,38 +125,46 @@ bool run(const Case &c, std::mt19937 &rng) {
 	std::vector<int> tiles = small;
 	tiles.insert(tiles.end(), big.begin(), big.end());
 	const unsigned nTiles = (unsigned)tiles.size() / 2, nWarp = (unsigned)small.size() / 2;
-	// (Z, w1): the four-warp kernel over every tile; then as the backend
-	// launches it, attn_mma_w1 over the warp tiles and the four-warp kernel
-	// over the rest, with one KV split and with three.
-	for (auto [Z, w1] : {std::pair{1, false}, std::pair{1, true}, std::pair{3, true}}) {
+	// (Zw, Zb, w1): the four-warp kernel over every tile; then as the
+	// backend launches it, attn_mma_w1 over the warp tiles and the
+	// four-warp kernel over the rest, with one KV split, with three, and
+	// with each launch split its own way over a scratch of the larger.
+	struct Run {
+		int zw, zb;
+		bool w1;
+	};
+	for (Run r : {Run{1, 1, false}, Run{1, 1, true}, Run{3, 3, true}, Run{1, 3, true}, Run{3, 1, true}}) {
+		const int Z = max(r.zw, r.zb);
+		const bool w1 = r.w1;
 		std::fill(out.begin(), out.end(), f2bf(nan));
 		// Stale partials of an earlier launch: (max, sum) = (0, 1), as if
 		// some keys had been seen, over NaN outputs, so a split that left
 		// its pair unwritten (one that held every key and wrote the row
-		// itself must mark its pair empty) merges NaN.
+		// itself, or one the row's launch does not have, must be marked
+		// empty) merges NaN.
 		std::vector<float> acc((size_t)T * nh * Z * hd, nan), ml((size_t)T * nh * Z * 2, 0.f);
 		for (size_t i = 1; i < ml.size(); i += 2) ml[i] = 1.f;
 		const float sl2 = (float)(scale * M_LOG2E);
 		unsigned first = 0;
 		if (w1 && nWarp > 0) {
 			first = nWarp;
-			emu::launch(dim3{nWarp, (unsigned)nkv, (unsigned)Z}, dim3{32, 1, 1}, [&] {
+			emu::launch(dim3{nWarp, (unsigned)nkv, (unsigned)r.zw}, dim3{32, 1, 1}, [&] {
 				auto f = hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128;
 				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
-					bt.data(), btStride, tiles.data(), nh, nkv, bs, sl2);
+					bt.data(), btStride, tiles.data(), nh, nkv, bs, sl2, Z);
 			});
 		}
 		if (nTiles > first)
-			emu::launch(dim3{nTiles - first, (unsigned)nkv, (unsigned)Z}, dim3{FA_WARPS * 32, 1, 1}, [&] {
+			emu::launch(dim3{nTiles - first, (unsigned)nkv, (unsigned)r.zb}, dim3{FA_WARPS * 32, 1, 1}, [&] {
 				auto f = hd == 64 ? attn_mma_hd64 : attn_mma_hd128;
 				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
-					bt.data(), btStride, tiles.data() + 2 * first, nh, nkv, bs, sl2);
+					bt.data(), btStride, tiles.data() + 2 * first, nh, nkv, bs, sl2, Z);
 			});
 		if (Z > 1)
 			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
 				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
 		char what[64];
-		std::snprintf(what, sizeof what, "attn_mma%s %d split%s%s", w1 ? " w1+4w" : " 4w", Z, Z > 1 ? "s" : "",
+		std::snprintf(what, sizeof what, "attn_mma%s %d/%d split%s%s", w1 ? " w1+4w" : " 4w", r.zw, r.zb, Z > 1 ? "s" : "",
 			Z > 1 ? "+combine" : "");
 		report(what, out);
 		if (Z > 1) { // how many rows were merged from several splits: the splits must be real
@@ -170,7 +178,7 @@ bool run(const Case &c, std::mt19937 &rng) {
 				nWarp, nTiles);
 			int maxn = 0;
 			for (const Chunk &ch : c.chunks) maxn = max(maxn, ch.pos + ch.len);
-			if (maxn > FA_KEYS && merged == 0) { // a row past one key tile must have been split
+			if (r.zw == r.zb && maxn > FA_KEYS && merged == 0) { // a row past one key tile must have been split
 				std::printf("FAIL %-10s no row's keys were split\n", c.name);
 				ok = false;
 			}
@@ -184,22 +192,27 @@ bool run(const Case &c, std::mt19937 &rng) {
 int main() {
 	std::mt19937 rng(7);
 	const Case cases[] = {
-		// Qwen3-4B's group (4 heads per KV head): a prefill chunk over two
-		// tiles beside two decode tokens, one long enough for several key tiles.
-		{"gqa4-hd128", 8, 2, 128, 16, {{40, 20}, {150, 1}, {3, 1}}},
+		// Qwen3-4B's group (4 heads per KV head): a prefill chunk over three
+		// tiles (32 + 32 + 6 tokens) beside two decode tokens, one long
+		// enough for several key tiles.
+		{"gqa4-hd128", 8, 2, 128, 16, {{40, 70}, {150, 1}, {3, 1}}},
 		// Decode only, long contexts: each split has keys (the combine's case).
 		{"gqa4-decode", 4, 1, 128, 16, {{300, 1}, {200, 1}, {129, 1}}},
-		// Qwen3-0.6B's group (2): a chunk from position 0, causal within tiles.
-		{"gqa2-hd128", 4, 2, 128, 16, {{0, 37}}},
-		// Qwen2-like: 3 heads per KV head (a warp holds 5 tokens, 15 rows), head dim 64, small blocks.
-		{"gqa3-hd64", 6, 2, 64, 4, {{10, 12}, {70, 1}}},
-		// 5 heads per group (Qwen3-14B's 40/8): 3 tokens per warp.
-		{"gqa5-hd64", 5, 1, 64, 16, {{0, 13}, {90, 1}}},
-		// Multi-head attention: 16 tokens per warp, a 64-token tile.
+		// Qwen3-0.6B's group (2): a chunk from position 0 over two tiles,
+		// causal within tiles.
+		{"gqa2-hd128", 4, 2, 128, 16, {{0, 80}}},
+		// Qwen2-like: 3 heads per KV head (a warp holds 10 tokens, 30 of
+		// its 32 rows; a one-warp tile 5 tokens), head dim 64, small blocks.
+		{"gqa3-hd64", 6, 2, 64, 4, {{10, 45}, {70, 1}}},
+		// 5 heads per group (Qwen3-14B's 40/8): 6 tokens per warp (3 on
+		// one warp alone), two tiles.
+		{"gqa5-hd64", 5, 1, 64, 16, {{0, 30}, {90, 1}}},
+		// Multi-head attention: 32 tokens per warp, a 128-token tile of
+		// which three warps have rows.
 		{"mha-hd64", 2, 2, 64, 8, {{5, 70}}},
 		// A block size that is not a power of two: keys find their block by
 		// division, not by shift.
-		{"gqa4-bs12", 8, 2, 128, 12, {{40, 20}, {150, 1}}},
+		{"gqa4-bs12", 8, 2, 128, 12, {{40, 40}, {150, 1}}},
 	};
 	bool ok = true;
 	for (const Case &c : cases) ok = run(c, rng) && ok;

@@ -161,6 +161,12 @@ inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline float __shfl_xor_sync(unsigned, float v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_xor_sync(unsigned, int v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_sync(unsigned, int v, int src) { return emu::shfl(v, src); }
+// __any_sync: every lane posts its predicate, then reads all 32.
+inline int __any_sync(unsigned, int pred) {
+	int any = 0;
+	for (int l = 0; l < 32; l++) any |= emu::shfl(pred ? 1 : 0, l);
+	return any;
+}
 
 // treni_emu_mma_bf16_16816 is mma.sync.m16n8k16 (bf16 in, f32 accumulate)
 // from the fragment layouts of common.cuh: every lane posts its
