@@ -167,9 +167,7 @@ type Backend struct {
 	flashRes                FlashResidency // attn_mma blocks a multiprocessor holds (loadKernels)
 	staging                 *stagingLeft   // what the staged upload left to release (releaseStaging)
 	metaTableRows           int            // block-table rows of the metadata in hostMeta
-	metaTiles               int            // attention tiles of the metadata in hostMeta
-	metaWarpTiles           int            // how many of them come first and run on one warp
-	metaBigKeys             int            // keys the longest of the others sees
+	metaTiles               FlashTiles     // attention tiles of the metadata in hostMeta, by form
 
 	// Decode graphs per batch-size bucket, captured lazily.
 	buckets       []int
@@ -255,6 +253,15 @@ func (b *Backend) warpTileTokens() int {
 		return 0
 	}
 	return FlashWarpTokens(b.attnShape())
+}
+
+// midTileTokens is the most tokens a tile may hold to run on the mid
+// form (attn_mma_mid), 0 when no tile does.
+func (b *Backend) midTileTokens() int {
+	if b.warpTileTokens() == 0 {
+		return 0
+	}
+	return FlashMidTokens(b.attnShape())
 }
 
 // attentionKernel names the attention kernel steps run, for the stages.

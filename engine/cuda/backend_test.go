@@ -19,7 +19,7 @@ func TestStepMetaLayout(t *testing.T) {
 	}}
 	// Eager: 4 token rows, 2 table rows of stride 2, tiles of 2 tokens,
 	// warp tiles of 1.
-	m, tiles, warp := stepMeta(nil, bt, 4, 4, 2, 2, 2, 1)
+	m, ft := stepMeta(nil, bt, 4, 4, 2, 2, 2, 1, 1)
 	want := []int32{
 		7, 8, 9, 4, // tokens
 		3, 4, 5, 0, // positions
@@ -30,8 +30,8 @@ func TestStepMetaLayout(t *testing.T) {
 		// 1-token tiles (warp tiles) first
 		2, 1, 3, 1, 0, 2, 0, 0,
 	}
-	if !slices.Equal(m, want) || tiles != 3 || warp != 2 {
-		t.Fatalf("eager meta\n got %v (%d tiles, %d warp tiles)\nwant %v (3 tiles, 2 warp tiles)", m, tiles, warp, want)
+	if wt := (FlashTiles{Warp: 2, Big: 1, BigKeys: 5}); !slices.Equal(m, want) || ft != wt {
+		t.Fatalf("eager meta\n got %v (%+v)\nwant %v (%+v)", m, ft, want, wt)
 	}
 	// Graph bucket of 4 rows for a 2-sequence decode, stride 3: padding rows
 	// store nothing and read their own zero table rows.
@@ -39,7 +39,7 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{11}, Pos: 6, Blocks: []int32{5, 2}},
 		{SeqID: 2, Tokens: []int32{12}, Pos: 1, Blocks: []int32{6}},
 	}}
-	g, tiles, warp := stepMeta(m, dec, 4, 4, 4, 3, 16, 4)
+	g, ft := stepMeta(m, dec, 4, 4, 4, 3, 16, 4, 8)
 	want = []int32{
 		11, 12, 0, 0,
 		6, 1, 0, 0,
@@ -48,8 +48,8 @@ func TestStepMetaLayout(t *testing.T) {
 		5, 2, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0,
 		0, 1, 1, 1, 2, 1, 3, 1, // one tile per row, padding rows included: a bucket's tile count is fixed
 	}
-	if !slices.Equal(g, want) || tiles != 4 || warp != 4 {
-		t.Fatalf("graph meta\n got %v (%d tiles, %d warp tiles)\nwant %v (4 tiles, all warp tiles)", g, tiles, warp, want)
+	if wt := (FlashTiles{Warp: 4}); !slices.Equal(g, want) || ft != wt {
+		t.Fatalf("graph meta\n got %v (%+v)\nwant %v (%+v: all warp tiles)", g, ft, want, wt)
 	}
 	// A mixed step, Tm = 8 rows: a 5-token chunk (a tile of 4, warp tiles
 	// of 2: one big tile and a 1-token tail), a decode token, 2 padding
@@ -58,9 +58,9 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: []int32{1, 2, 3, 4, 5}, Pos: 0, Blocks: []int32{0, 1}},
 		{SeqID: 2, Tokens: []int32{6}, Pos: 9, Blocks: []int32{2, 3, 4}},
 	}}
-	x, tiles, warp := stepMeta(nil, mix, 4, 8, 2, 3, 4, 2)
-	if got, want := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}; !slices.Equal(got, want) || tiles != 5 || warp != 4 {
-		t.Fatalf("mixed tiles %v (%d tiles, %d warp tiles), want %v (5, 4)", got, tiles, warp, want)
+	x, ft := stepMeta(nil, mix, 4, 8, 2, 3, 4, 2, 2)
+	if got, want, wt := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}, (FlashTiles{Warp: 4, Big: 1, BigKeys: 4}); !slices.Equal(got, want) || ft != wt {
+		t.Fatalf("mixed tiles %v (%+v), want %v (%+v)", got, ft, want, wt)
 	}
 	// Big tiles longest first, across sequences: a 6-token chunk at
 	// position 10 (a big tile ending at 13, a 2-token warp tile) and a
@@ -71,19 +71,28 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 1, Tokens: make([]int32, 6), Pos: 10, Blocks: []int32{0, 1, 2, 3}},
 		{SeqID: 2, Tokens: make([]int32, 9), Pos: 0, Blocks: []int32{4, 5, 6}},
 	}}
-	l, tiles, warp := stepMeta(nil, long, 4, 16, 2, 4, 4, 2)
+	l, ft := stepMeta(nil, long, 4, 16, 2, 4, 4, 2, 2)
 	// Rows: chunk 0..5 (positions 10..15), prompt 6..14, padding 15. Tiles:
 	// the warp tiles (chunk rows 4..5, prompt row 14, padding row 15), then
 	// the big ones ending at positions 13, 7, 3.
-	if got, want := l[metaLen(16, 2, 4)-32:][:12], []int32{4, 2, 14, 1, 15, 1, 0, 4, 10, 4, 6, 4}; !slices.Equal(got, want) || tiles != 6 || warp != 3 {
-		t.Fatalf("longest-first tiles %v (%d tiles, %d warp tiles), want %v (6, 3)", got, tiles, warp, want)
-	}
 	// The longest big tile ends at position 13: it sees 14 keys.
-	if got := bigTileKeys(l, 16, 2, 4, tiles, warp); got != 14 {
-		t.Errorf("bigTileKeys = %d, want 14", got)
+	if got, want, wt := l[metaLen(16, 2, 4)-32:][:12], []int32{4, 2, 14, 1, 15, 1, 0, 4, 10, 4, 6, 4}, (FlashTiles{Warp: 3, Big: 3, BigKeys: 14}); !slices.Equal(got, want) || ft != wt {
+		t.Fatalf("longest-first tiles %v (%+v), want %v (%+v)", got, ft, want, wt)
 	}
-	if got := bigTileKeys(g, 4, 4, 3, 4, 4); got != 0 {
-		t.Errorf("bigTileKeys of a decode bucket (warp tiles only) = %d, want 0", got)
+	// Three forms: tiles of 8, warp tiles of up to 1 token, mid tiles of
+	// up to 4. A 19-token prompt (8, 8, a 3-token mid tail), a 2-token
+	// chunk at position 40 (mid), a decode token at 7 (warp), Tm = 24 (2
+	// padding rows, warp tiles). Mid tiles longest first (the chunk ends at
+	// 41, the tail at 18), big tiles too (ending at 15, then 7).
+	three := &sched.Batch{Seqs: []sched.SeqChunk{
+		{SeqID: 1, Tokens: make([]int32, 19), Pos: 0, Blocks: []int32{0, 1, 2, 3, 4}},
+		{SeqID: 2, Tokens: make([]int32, 2), Pos: 40, Blocks: []int32{5, 6, 7, 8, 9, 10, 11}},
+		{SeqID: 3, Tokens: []int32{9}, Pos: 7, Blocks: []int32{12, 13}},
+	}}
+	tr, ft := stepMeta(nil, three, 8, 24, 3, 7, 8, 1, 4)
+	wantTiles := []int32{21, 1, 22, 1, 23, 1, 19, 2, 16, 3, 8, 8, 0, 8}
+	if got, wt := tr[metaLen(24, 3, 7)-48:][:14], (FlashTiles{Warp: 3, Mid: 2, Big: 2, MidKeys: 42, BigKeys: 16}); !slices.Equal(got, wantTiles) || ft != wt {
+		t.Fatalf("three forms: tiles %v (%+v), want %v (%+v)", got, ft, wantTiles, wt)
 	}
 }
 
@@ -139,47 +148,53 @@ func TestPadRows(t *testing.T) {
 }
 
 // TestFlashSplits: each launch's splits fill one wave of its resident
-// blocks (here eight one-warp or two four-warp blocks per multiprocessor,
-// the H100's for these kernels as built in November 2026), each launch on
-// its own, and the scratch holds the splits of the steps that matter: any
-// decode-only step, and a full step of decodes beside a long chunk.
+// blocks (here eight one-warp, two mid and two four-warp blocks per
+// multiprocessor, the H100's for these kernels as built in November
+// 2026), each launch on its own, a mid or big split keeps 128 keys, and
+// the scratch holds the splits of the steps that matter: any decode-only
+// step, and a full step of decodes beside a long chunk.
 func TestFlashSplits(t *testing.T) {
-	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4, 32-token tiles
-	res := FlashResidency{W1: 8, W4: 2}
-	for _, c := range []struct{ warp, tiles, bigKeys, sms, wantWarp, wantBig int }{
-		{64, 64, 0, 132, 2, 1},     // 64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits
-		{1, 1, 0, 132, 16, 1},      // batch-1 decode: as many as allowed
-		{0, 2, 64, 132, 1, 1},      // a 64-token prompt: 16 four-warp blocks, but 64 keys make one split
-		{0, 2, 2048, 132, 1, 16},   // 64 tokens at the end of a 2,048-token prompt: 16 blocks of 264 slots
-		{0, 8, 256, 132, 1, 2},     // a 256-token prompt: 64 blocks would take 4, its 256 keys allow 2
-		{0, 100, 3200, 132, 1, 1},  // a long prefill fills the GPU alone
-		{63, 71, 1024, 132, 2, 4},  // 63 decodes beside a 256-token chunk at 768 (8 tiles): each its own
-		{64, 126, 1985, 132, 2, 1}, // 63 decodes beside a 1,985-token chunk (62 tiles of 32, one of 1 on a warp)
-		{0, 64, 1100, 132, 1, 1},   // 64 decodes on four-warp blocks (flash4): 512 blocks, two waves already
-		{0, 0, 0, 132, 1, 1},       // no tiles at all
+	a := AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16} // Qwen3-4B: G = 4, tiles of 4, 16 and 32 tokens
+	res := FlashResidency{W1: 8, Mid: 2, W4: 2}
+	for _, c := range []struct {
+		what string
+		t    FlashTiles
+		want FlashSplitCounts
+	}{
+		{"64-sequence decode: 512 one-warp blocks, 1,024 of 1,056 slots with 2 splits", FlashTiles{Warp: 64}, FlashSplitCounts{2, 1, 1}},
+		{"batch-1 decode: as many as allowed", FlashTiles{Warp: 1}, FlashSplitCounts{16, 1, 1}},
+		{"a 64-token prompt: 16 four-warp blocks, but 64 keys make one split", FlashTiles{Big: 2, BigKeys: 64}, FlashSplitCounts{1, 1, 1}},
+		{"64 tokens ending a 2,048-token prompt: 16 blocks of 264 slots", FlashTiles{Big: 2, BigKeys: 2048}, FlashSplitCounts{1, 1, 16}},
+		{"a 256-token prompt: 64 blocks would take 4, its 256 keys allow 2", FlashTiles{Big: 8, BigKeys: 256}, FlashSplitCounts{1, 1, 2}},
+		{"a long prefill fills the GPU alone", FlashTiles{Big: 100, BigKeys: 3200}, FlashSplitCounts{1, 1, 1}},
+		{"63 decodes beside a 256-token chunk at 768: each its own", FlashTiles{Warp: 63, Big: 8, BigKeys: 1024}, FlashSplitCounts{2, 1, 4}},
+		{"the 12-token tails of 64 cached prompts at 860 keys: 512 mid blocks", FlashTiles{Mid: 64, MidKeys: 860}, FlashSplitCounts{1, 1, 1}},
+		{"a 12-token tail at 860 keys beside 63 decodes", FlashTiles{Warp: 63, Mid: 1, MidKeys: 860}, FlashSplitCounts{2, 6, 1}},
+		{"64 decodes on four-warp blocks (flash4): 512 blocks, two waves already", FlashTiles{Big: 64, BigKeys: 1100}, FlashSplitCounts{1, 1, 1}},
+		{"no tiles at all", FlashTiles{}, FlashSplitCounts{1, 1, 1}},
 	} {
-		w, bg := FlashSplits(a, res, c.warp, c.tiles, c.bigKeys, c.sms)
-		if w != c.wantWarp || bg != c.wantBig {
-			t.Errorf("FlashSplits(warp %d, tiles %d, %d keys, %d SMs) = %d, %d, want %d, %d", c.warp, c.tiles, c.bigKeys, c.sms, w, bg, c.wantWarp, c.wantBig)
+		if got := FlashSplits(a, res, c.t, 132); got != c.want {
+			t.Errorf("%s: FlashSplits(%+v) = %+v, want %+v", c.what, c.t, got, c.want)
 		}
 	}
 	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
 	b.info.SMs, b.flashRes = 132, res
-	fits := func(warp, big, T, capT int) { // T token rows, scratch sized for capT
+	fits := func(tiles FlashTiles, T, capT int) { // T token rows, scratch sized for capT
 		t.Helper()
 		b.capScratch = b.flashScratchFor(capT)
-		const keys = 1 << 20 // long enough that the tiles decide
-		ww, wb := FlashSplits(a, res, warp, warp+big, keys, b.info.SMs)
-		if gw, gb := b.flashSplits(T, warp, warp+big, keys); gw != ww || gb != wb {
-			t.Errorf("%d warp + %d big tiles, %d rows, capacity %d: scratch allows %d, %d splits, FlashSplits %d, %d", warp, big, T, capT, gw, gb, ww, wb)
+		want := FlashSplits(a, res, tiles, b.info.SMs)
+		if got := b.flashSplits(T, tiles); got != want {
+			t.Errorf("%+v, %d rows, capacity %d: scratch allows %+v splits, FlashSplits %+v", tiles, T, capT, got, want)
 		}
 	}
 	for warp := 1; warp <= 300; warp++ { // decode steps, graph buckets included
-		fits(warp, 0, warp, warp)
+		fits(FlashTiles{Warp: warp}, warp, warp)
 	}
-	fits(64, 62, 2048, 2048) // budget 2,048: 63 decodes and 1,985 prompt tokens (62 tiles of 32, one of 1 on a warp)
-	fits(63, 8, 319, 2048)   // 63 decodes beside a 256-token chunk: 2 and 4 splits
-	fits(0, 64, 2048, 2048)  // a 2,048-token chunk alone
+	// Budget 2,048: 63 decodes and 1,985 prompt tokens (62 tiles of 32, one of 1 on a warp).
+	fits(FlashTiles{Warp: 64, Big: 62, BigKeys: 1985}, 2048, 2048)
+	fits(FlashTiles{Warp: 63, Big: 8, BigKeys: 1024}, 319, 2048) // 63 decodes beside a 256-token chunk: 2 and 4 splits
+	fits(FlashTiles{Warp: 63, Mid: 1, MidKeys: 860}, 75, 2048)   // 63 decodes beside a 12-token tail: 2 and 6
+	fits(FlashTiles{Big: 64, BigKeys: 2048}, 2048, 2048)         // a 2,048-token chunk alone
 }
 
 // TestGemmPath pins who runs each GEMM: gemm_skinny only where it fits;

@@ -258,14 +258,16 @@ func metaLen(Tm, tableRows, btStride int) int { return 6*Tm + tableRows*btStride
 // enough): tokens, positions, KV slots and token→sequence rows for Tm token
 // rows, then the block tables [tableRows][btStride], then the attention
 // tiles (first token row, token count): each chunk cut into runs of at
-// most tileTokens tokens, each padding row a tile of its own; the tiles of
-// at most warpTokens tokens (they run on one warp, attn_mma_w1) come
-// first, then the others by their last position, latest first. Rows past
-// the batch's tokens are graph-bucket padding: token 0 at position 0,
-// slot −1 (stores nothing), each attending through its own all-zero table
-// row. It returns the metadata, the tile count (Tm for a
-// decode graph bucket) and how many of the tiles are warp tiles.
-func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens, warpTokens int) ([]int32, int, int) {
+// most tileTokens tokens, each padding row a tile of its own. The tiles
+// come by form: those of at most warpTokens tokens (they run on one warp,
+// attn_mma_w1) first, then those of at most midTokens (attn_mma_mid),
+// then the others (attn_mma); the last two groups by their last
+// position, latest first. Rows past the batch's tokens are graph-bucket
+// padding: token 0 at position 0, slot −1 (stores nothing), each
+// attending through its own all-zero table row. It returns the metadata
+// and the tile counts by form, with the keys the longest mid and big tile
+// sees (a decode graph bucket has Tm warp tiles).
+func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTokens, warpTokens, midTokens int) ([]int32, FlashTiles) {
 	n := metaLen(Tm, tableRows, btStride)
 	if cap(buf) < n {
 		buf = make([]int32, n)
@@ -276,19 +278,34 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 	clear(tables)
 	clear(tiles)
 	tileTokens = max(tileTokens, 1)
-	// Warp tiles fill the region from the front, the others from the back
-	// (at most Tm tiles in all), then move up behind them.
-	nWarp, nBig := 0, 0
-	tile := func(first, count int) {
-		if count <= warpTokens {
-			tiles[2*nWarp], tiles[2*nWarp+1] = int32(first), int32(count)
-			nWarp++
-			return
+	form := func(count int) int {
+		switch {
+		case count <= warpTokens:
+			return 0
+		case count <= midTokens:
+			return 1
 		}
-		nBig++
-		tiles[2*(Tm-nBig)], tiles[2*(Tm-nBig)+1] = int32(first), int32(count)
+		return 2
 	}
+	// Count the tiles of each form, then place each form's from its own
+	// start.
+	var count [3]int
 	t := 0
+	for i := range bt.Seqs {
+		l := len(bt.Seqs[i].Tokens)
+		for j0 := 0; j0 < l; j0 += tileTokens {
+			count[form(min(tileTokens, l-j0))]++
+		}
+		t += l
+	}
+	count[form(1)] += max(Tm-t, 0) // padding rows
+	next := [3]int{0, count[0], count[0] + count[1]}
+	tile := func(first, n int) {
+		f := form(n)
+		tiles[2*next[f]], tiles[2*next[f]+1] = int32(first), int32(n)
+		next[f]++
+	}
+	t = 0
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
 		for j0 := 0; j0 < len(s.Tokens); j0 += tileTokens {
@@ -306,39 +323,35 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 		tok[t], pos[t], seq[t], slots[t] = 0, 0, int32(t), -1
 		tile(t, 1)
 	}
-	// The big tiles, longest first (most keys: latest last position), so
-	// that attn_mma starts its longest blocks in its first wave (see the
-	// block order in kernels.cu): a block's time grows with its keys, and
-	// long blocks started last leave the GPU idle behind them.
-	if nBig > 1 {
-		big := unsafe.Slice((*[2]int32)(unsafe.Pointer(&tiles[2*(Tm-nBig)])), nBig)
-		slices.SortStableFunc(big, func(a, b [2]int32) int { return cmp.Compare(pos[b[0]+b[1]-1], pos[a[0]+a[1]-1]) })
+	// The mid and big tiles, longest first (most keys: latest last
+	// position), so that attn_mma starts its longest blocks in its first
+	// wave (see the block order in kernels.cu): a block's time grows with
+	// its keys, and long blocks started last leave the GPU idle behind
+	// them.
+	longestFirst := func(from, n int) {
+		if n > 1 {
+			r := unsafe.Slice((*[2]int32)(unsafe.Pointer(&tiles[2*from])), n)
+			slices.SortStableFunc(r, func(a, b [2]int32) int { return cmp.Compare(pos[b[0]+b[1]-1], pos[a[0]+a[1]-1]) })
+		}
 	}
-	if nBig > 0 && nWarp+nBig < Tm {
-		copy(tiles[2*nWarp:], tiles[2*(Tm-nBig):])
-		clear(tiles[2*(nWarp+nBig):])
+	longestFirst(count[0], count[1])
+	longestFirst(count[0]+count[1], count[2])
+	// The keys the first (longest) tile of a group sees.
+	keys := func(from, n int) int {
+		if n == 0 {
+			return 0
+		}
+		return int(pos[tiles[2*from]+tiles[2*from+1]-1]) + 1
 	}
-	return m, nWarp + nBig, nWarp
+	return m, FlashTiles{Warp: count[0], Mid: count[1], Big: count[2],
+		MidKeys: keys(count[0], count[1]), BigKeys: keys(count[0]+count[1], count[2])}
 }
 
 // layoutMeta lays out the step's metadata (stepMeta) in b.hostMeta and
 // records the table rows and tiles enqueueLayers needs to find its parts.
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
-	b.hostMeta, b.metaTiles, b.metaWarpTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens(), b.warpTileTokens())
-	b.metaBigKeys = bigTileKeys(b.hostMeta, Tm, tableRows, btStride, b.metaTiles, b.metaWarpTiles)
+	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens(), b.warpTileTokens(), b.midTileTokens())
 	b.metaTableRows = tableRows
-}
-
-// bigTileKeys is how many keys the longest tile beyond the warp tiles
-// of stepMeta's metadata m sees (0 when there is none): the first of
-// them, since stepMeta lists them longest first.
-func bigTileKeys(m []int32, Tm, tableRows, btStride, tiles, warpTiles int) int {
-	if tiles <= warpTiles {
-		return 0
-	}
-	t := m[4*Tm+tableRows*btStride:]
-	first, n := t[2*warpTiles], t[2*warpTiles+1]
-	return int(m[Tm+int(first+n)-1]) + 1
 }
 
 // tileTokens is the attention tile of this model (FlashTileTokens), 1 when
@@ -369,17 +382,15 @@ func (b *Backend) flashScratchFor(capT int) int {
 	return rows * a.Heads * (a.HeadDim + 2) * 4
 }
 
-// flashSplits are the KV splits of a step of T token rows in tiles tiles
-// (the first warpTiles on one warp, the longest other seeing bigKeys
-// keys): FlashSplits, the larger lowered until the partials fit the
-// scratch.
-func (b *Backend) flashSplits(T, warpTiles, tiles, bigKeys int) (warp, big int) {
+// flashSplits are the KV splits of a step of T token rows in tiles t:
+// FlashSplits, the largest lowered until the partials fit the scratch.
+func (b *Backend) flashSplits(T int, t FlashTiles) FlashSplitCounts {
 	a := b.attnShape()
-	warp, big = FlashSplits(a, b.flashRes, warpTiles, tiles, bigKeys, b.info.SMs)
-	for z := max(warp, big); z > 1 && FlashScratchBytes(a, T, z) > b.capScratch; z-- {
-		warp, big = min(warp, z-1), min(big, z-1)
+	z := FlashSplits(a, b.flashRes, t, b.info.SMs)
+	for zs := z.max(); zs > 1 && FlashScratchBytes(a, T, zs) > b.capScratch; zs-- {
+		z = FlashSplitCounts{min(z.Warp, zs-1), min(z.Mid, zs-1), min(z.Big, zs-1)}
 	}
-	return warp, big
+	return z
 }
 
 // upMeta copies the step's metadata to the device (runner thread).
@@ -465,9 +476,9 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	k, s := b.k, b.s
 	flash := b.useFlash()
-	warpSplits, bigSplits := 1, 1
+	var splits FlashSplitCounts
 	if flash {
-		warpSplits, bigSplits = b.flashSplits(T, b.metaWarpTiles, b.metaTiles, b.metaBigKeys)
+		splits = b.flashSplits(T, b.metaTiles)
 	}
 	attention := func(l *devLayer) error {
 		args := AttentionArgs{Out: b.att, Q: b.qkv, QStride: b.qkvDim, KCache: l.k, VCache: l.v,
@@ -475,8 +486,8 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 		if !flash {
 			return k.PagedAttention(s, shape, args)
 		}
-		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, NumTiles: b.metaTiles, WarpTiles: b.metaWarpTiles,
-			WarpSplits: warpSplits, BigSplits: bigSplits, Scratch: b.flashD})
+		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, TileCounts: b.metaTiles,
+			Splits: splits, Scratch: b.flashD})
 	}
 	M := padRows(T, b.capT)
 	b.prof.mark(s, "embed")

@@ -353,20 +353,47 @@ func ropeAttention(g *gpu, c ropeCase) {
 	if !FlashSupported(shape) {
 		return
 	}
-	// Tiles as stepMeta cuts them: the decode token (a warp tile, for
-	// attn_mma_w1) first, then the prefill chunk in runs of tt.
-	tt := FlashTileTokens(shape)
-	tiles := []int32{int32(c.nPref), 1}
-	for j := 0; j < c.nPref; j += tt {
-		tiles = append(tiles, int32(j), int32(min(tt, c.nPref-j)))
+	// Tiles: the decode token (row nPref) and the prefill chunk in runs of
+	// n tokens.
+	cut := func(n int) []int32 {
+		var tl []int32
+		for j := 0; j < c.nPref; j += n {
+			tl = append(tl, int32(j), int32(min(n, c.nPref-j)))
+		}
+		return tl
 	}
-	// The four-warp form on every tile, then as the backend launches it
-	// (the warp tile on one warp) with one KV split and with three, and
-	// with each launch split its own way (the scratch holds the larger).
-	for _, r := range []struct{ zw, zb, warpTiles int }{{1, 1, 0}, {1, 1, 1}, {3, 3, 1}, {1, 3, 1}, {3, 1, 1}} {
+	decodeTile := []int32{int32(c.nPref), 1}
+	tt, mt := FlashTileTokens(shape), FlashMidTokens(shape)
+	// As stepMeta lays them out: the warp tile, then the chunk's runs of tt
+	// whose length fits the mid form, then the others.
+	var mids, bigs []int32
+	for tl := cut(tt); len(tl) > 0; tl = tl[2:] {
+		if tl[1] <= int32(mt) {
+			mids = append(mids, tl[:2]...)
+		} else {
+			bigs = append(bigs, tl[:2]...)
+		}
+	}
+	backend := slices.Concat(decodeTile, mids, bigs)
+	bigOnly, midOnly := slices.Concat(cut(tt), decodeTile), slices.Concat(decodeTile, cut(mt))
+	for _, r := range []struct {
+		what   string
+		tiles  []int32
+		counts FlashTiles
+		z      FlashSplitCounts
+	}{
+		{"four-warp form on every tile", bigOnly, FlashTiles{Big: len(bigOnly) / 2}, FlashSplitCounts{1, 1, 1}},
+		{"mid form on the chunk", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{1, 1, 1}},
+		{"mid form on the chunk, 3 splits", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{3, 3, 1}},
+		{"as the backend", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 1, 1}},
+		{"as the backend, 3 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 3, 3}},
+		// Each launch split its own way over a scratch of the largest.
+		{"as the backend, 1/3/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 3, 2}},
+		{"as the backend, 3/1/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 1, 2}},
+	} {
 		fout := g.alloc(T * nh * hd * 2)
 		scratch := DevicePtr(0)
-		if n := FlashScratchBytes(shape, T, max(r.zw, r.zb)); n > 0 {
+		if n := FlashScratchBytes(shape, T, r.z.max()); n > 0 {
 			scratch = g.alloc(n)
 			// Stale partials, as a previous step leaves them: a row whose
 			// launch has fewer splits than the scratch must not merge them.
@@ -376,9 +403,9 @@ func ropeAttention(g *gpu, c ropeCase) {
 			AttentionArgs: AttentionArgs{Out: fout, Q: qkvd, QStride: width, KCache: kd, VCache: vd,
 				TokSeq: up(g, tokSeq), Pos: up(g, pos), BlockTables: up(g, bt), BTStride: btStride,
 				T: T, Scale: float32(1 / math.Sqrt(float64(hd)))},
-			Tiles: up(g, tiles), NumTiles: len(tiles) / 2, WarpTiles: r.warpTiles, WarpSplits: r.zw, BigSplits: r.zb, Scratch: scratch,
+			Tiles: up(g, r.tiles), TileCounts: r.counts, Splits: r.z, Scratch: scratch,
 		}))
-		g.check(fmt.Sprintf("attn_mma %d/%d split(s), %d warp tile(s) %s", r.zw, r.zb, r.warpTiles, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
+		g.check(fmt.Sprintf("attn_mma %s (%+v) %s", r.what, r.counts, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
 	}
 }
 

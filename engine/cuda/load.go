@@ -328,7 +328,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
 		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl,
-		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.W4}})
+		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.Mid, b.flashRes.W4}})
 	return nil
 }
 

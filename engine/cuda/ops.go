@@ -12,7 +12,7 @@ func KernelNames() []string {
 	return []string{
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
 		"rope_table", "qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
-		"attn_mma_w1_hd128", "attn_combine",
+		"attn_mma_w1_hd128", "attn_mma_mid_hd64", "attn_mma_mid_hd128", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
 		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu", "gemm_skinny_n8_m8",
 		"argmax_f32", "sample_f32",
@@ -112,7 +112,7 @@ func (c *Context) LoadKernelsFrom(image []byte) (*Kernels, error) {
 		k.fn[n] = f
 	}
 	for _, hd := range []int{64, 128} {
-		_, w4 := flashKernels(hd)
+		_, _, w4 := flashKernels(hd)
 		if err := k.fn[w4].SetMaxDynamicShared(flashSharedBytes(hd)); err != nil {
 			k.Close()
 			return nil, err
@@ -338,65 +338,91 @@ func flashSharedBytes(hd int) int { return (flashWarps*flashRows + 2*flashKeys) 
 // (attn_mma_w1): 16/G.
 func FlashWarpTokens(a AttnShape) int { return 16 / (a.Heads / a.KVHeads) }
 
-// FlashResidency is how many attn_mma blocks of each form one
-// multiprocessor holds at once: W1 one-warp blocks, W4 four-warp ones.
-// Registers and shared memory decide it, so it is the driver's answer for
-// the loaded kernels (Kernels.FlashResidency), not a constant that a
-// kernel change would leave stale (on the H100, 8 and 2 for head dim 128
-// as built in November 2026).
-type FlashResidency struct{ W1, W4 int }
+// FlashMidTokens is the most tokens a tile may hold to run on the mid form
+// (attn_mma_mid: four warps of 16 rows): 4·(16/G).
+func FlashMidTokens(a AttnShape) int { return flashWarps * FlashWarpTokens(a) }
 
-// flashKernels are attn_mma's one-warp and four-warp kernels for head dim
-// hd (64 or 128; FlashSupported).
-func flashKernels(hd int) (w1, w4 string) {
+// FlashTiles are a step's attention tiles by the attn_mma form they run on
+// (in this order in the tile list): Warp on one-warp blocks (attn_mma_w1),
+// Mid on four warps of one m-tile (attn_mma_mid), Big on four warps of two
+// m-tiles (attn_mma); MidKeys and BigKeys are the keys the longest tile of
+// the last two groups sees.
+type FlashTiles struct{ Warp, Mid, Big, MidKeys, BigKeys int }
+
+// N is the number of tiles.
+func (t FlashTiles) N() int { return t.Warp + t.Mid + t.Big }
+
+// FlashSplitCounts are the KV splits (gridDim.z, 1..16) of a step's
+// attn_mma launches, one for each form.
+type FlashSplitCounts struct{ Warp, Mid, Big int }
+
+// max is the splits a row the shared scratch holds: the largest.
+func (z FlashSplitCounts) max() int { return max(z.Warp, z.Mid, z.Big) }
+
+// FlashResidency is how many attn_mma blocks of each form one
+// multiprocessor holds at once: W1 one-warp blocks, Mid and W4 four-warp
+// ones (of one and of two m-tiles a warp). Registers and shared memory
+// decide it, so it is the driver's answer for the loaded kernels
+// (Kernels.FlashResidency), not a constant that a kernel change would
+// leave stale (on the H100, 8, 2 and 2 for head dim 128 as built in
+// November 2026).
+type FlashResidency struct{ W1, Mid, W4 int }
+
+// flashKernels are attn_mma's one-warp, mid and four-warp kernels for head
+// dim hd (64 or 128; FlashSupported).
+func flashKernels(hd int) (w1, mid, w4 string) {
 	if hd == 64 {
-		return "attn_mma_w1_hd64", "attn_mma_hd64"
+		return "attn_mma_w1_hd64", "attn_mma_mid_hd64", "attn_mma_hd64"
 	}
-	return "attn_mma_w1_hd128", "attn_mma_hd128"
+	return "attn_mma_w1_hd128", "attn_mma_mid_hd128", "attn_mma_hd128"
 }
 
 // FlashResidency asks the driver how many blocks of each attn_mma form
 // for head dim hd fit on a multiprocessor.
 func (k *Kernels) FlashResidency(hd int) (FlashResidency, error) {
-	w1, w4 := flashKernels(hd)
+	w1, mid, w4 := flashKernels(hd)
 	var r FlashResidency
 	var err error
 	if r.W1, err = k.fn[w1].ResidentBlocks(32, 0); err != nil {
 		return r, err
 	}
+	if r.Mid, err = k.fn[mid].ResidentBlocks(flashWarps*32, 0); err != nil {
+		return r, err
+	}
 	if r.W4, err = k.fn[w4].ResidentBlocks(flashWarps*32, flashSharedBytes(hd)); err != nil {
 		return r, err
 	}
-	if r.W1 < 1 || r.W4 < 1 {
-		return r, fmt.Errorf("%w: attn_mma for head dim %d fits %d one-warp and %d four-warp blocks on a multiprocessor", ErrBadLaunch, hd, r.W1, r.W4)
+	if r.W1 < 1 || r.Mid < 1 || r.W4 < 1 {
+		return r, fmt.Errorf("%w: attn_mma for head dim %d fits %d one-warp, %d mid and %d four-warp blocks on a multiprocessor",
+			ErrBadLaunch, hd, r.W1, r.Mid, r.W4)
 	}
 	return r, nil
 }
 
-// FlashSplits are the KV splits (attn_mma's gridDim.z) of a step's two
-// launches, for tiles tiles, the first warpTiles of them on one warp each,
-// the longest of the others seeing bigKeys keys, on a GPU of sms
-// multiprocessors holding res blocks each: warp for the one-warp launch,
-// big for the four-warp one. The launches run one after the other, so
-// each is sized on its own: as many splits as still fit its blocks in one
-// wave of resident blocks, at most flashMaxSplit, at least 1; a four-warp
-// split also keeps at least flashSplitKeys keys, since each of its blocks
-// first copies its 128 query rows (32 KB at head dim 128) to shared
-// memory. One wave: a second, part-filled wave cost the 64-sequence decode
-// step's attention more than the longer key ranges of fewer splits (H100
-// ncu: 1.45 waves, 52% of DRAM bandwidth). Each its own: with one count
-// for both, 63 decodes beside a 256-token chunk took the chunk's 4 and
-// ran two waves of one-warp blocks (docs/BENCHMARKS.md). It depends on
-// the tile counts only, so a decode graph's bucket always gets the same
-// values.
-func FlashSplits(a AttnShape, res FlashResidency, warpTiles, tiles, bigKeys, sms int) (warp, big int) {
+// FlashSplits are the KV splits (attn_mma's gridDim.z) of a step's
+// launches, for its tiles t on a GPU of sms multiprocessors holding res
+// blocks of each form. The launches run one after the other, so each is
+// sized on its own: as many splits as still fit its blocks in one wave of
+// resident blocks, at most flashMaxSplit, at least 1; a mid or big split
+// also keeps at least flashSplitKeys keys (a big block first copies its
+// 128 query rows, 32 KB at head dim 128, to shared memory; a split with
+// fewer keys than that is mostly overhead). One wave: a second,
+// part-filled wave cost the 64-sequence decode step's attention more than
+// the longer key ranges of fewer splits (H100 ncu: 1.45 waves, 52% of
+// DRAM bandwidth). Each its own: with one count for all, 63 decodes
+// beside a 256-token chunk took the chunk's 4 and ran two waves of
+// one-warp blocks (docs/BENCHMARKS.md). The warp launch's count depends
+// on the tile counts only, so a decode graph's bucket always gets the
+// same value.
+func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSplitCounts {
 	fill := func(perSM, blocks int) int {
 		if blocks <= 0 {
 			return 1
 		}
 		return min(max(1, max(perSM, 1)*sms/(blocks*a.KVHeads)), flashMaxSplit)
 	}
-	return fill(res.W1, warpTiles), max(1, min(fill(res.W4, tiles-warpTiles), bigKeys/flashSplitKeys))
+	keyed := func(perSM, blocks, keys int) int { return max(1, min(fill(perSM, blocks), keys/flashSplitKeys)) }
+	return FlashSplitCounts{Warp: fill(res.W1, t.Warp), Mid: keyed(res.Mid, t.Mid, t.MidKeys), Big: keyed(res.W4, t.Big, t.BigKeys)}
 }
 
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows
@@ -412,56 +438,57 @@ func FlashScratchBytes(a AttnShape, T, z int) int {
 // FlashArgs are the buffers of FlashAttention beyond PagedAttention's.
 type FlashArgs struct {
 	AttentionArgs
-	Tiles    DevicePtr // int32 [NumTiles][2]: first token row, token count
-	NumTiles int
-	// WarpTiles is how many of the first tiles hold at most
-	// FlashWarpTokens tokens each; they run on one-warp blocks
-	// (attn_mma_w1), the rest on four-warp blocks.
-	WarpTiles int
-	// WarpSplits and BigSplits are the KV splits, 1..16, of the one-warp
-	// and the four-warp launch (FlashSplits).
-	WarpSplits, BigSplits int
-	// Scratch holds FlashScratchBytes(shape, T, max(WarpSplits,
-	// BigSplits)) bytes when that is more than one split.
+	// Tiles is int32 [TileCounts.N()][2]: first token row, token count;
+	// the warp tiles (at most FlashWarpTokens tokens each) first, then
+	// the mid (at most FlashMidTokens), then the big ones.
+	Tiles      DevicePtr
+	TileCounts FlashTiles
+	Splits     FlashSplitCounts // FlashSplits
+	// Scratch holds FlashScratchBytes(shape, T, the largest split count)
+	// bytes when that is more than one split.
 	Scratch DevicePtr
 }
 
 // FlashAttention is PagedAttention on the tensor cores (attn_mma in
-// kernels.cu): one block per (tile, KV head, split) — one warp for each of
-// the first WarpTiles tiles, four for the rest — the tile's tokens and
-// the GQA group's heads sharing every K/V row read, then attn_combine when
-// the keys were split. Tiles list runs of at most FlashTileTokens(a)
-// consecutive tokens of one sequence, covering every token once.
+// kernels.cu): one block per (tile, KV head, split) — one warp for each
+// warp tile, four for the others — the tile's tokens and the GQA group's
+// heads sharing every K/V row read, then attn_combine when the keys were
+// split. Tiles list runs of at most FlashTileTokens(a) consecutive tokens
+// of one sequence, covering every token once.
 func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 	if !FlashSupported(a) {
 		return fmt.Errorf("%w: attn_mma takes head dim 64 or 128 and at most 16 heads per KV head, not %+v", ErrBadLaunch, a)
 	}
-	if err := positive("attn_mma", p.T, p.QStride, p.BTStride, p.NumTiles, p.WarpSplits, p.BigSplits); err != nil {
+	t, z := p.TileCounts, p.Splits
+	if err := positive("attn_mma", p.T, p.QStride, p.BTStride, t.N(), z.Warp, z.Mid, z.Big); err != nil {
 		return err
 	}
-	zs := max(p.WarpSplits, p.BigSplits) // the scratch's splits a row
+	zs := z.max() // the scratch's splits a row
 	if zs > flashMaxSplit || (zs > 1 && p.Scratch == 0) {
-		return fmt.Errorf("%w: %d and %d KV splits (at most %d, with scratch)", ErrBadLaunch, p.WarpSplits, p.BigSplits, flashMaxSplit)
+		return fmt.Errorf("%w: %+v KV splits (at most %d, with scratch)", ErrBadLaunch, z, flashMaxSplit)
 	}
-	if p.WarpTiles < 0 || p.WarpTiles > p.NumTiles {
-		return fmt.Errorf("%w: %d warp tiles of %d", ErrBadLaunch, p.WarpTiles, p.NumTiles)
+	if t.Warp < 0 || t.Mid < 0 || t.Big < 0 {
+		return fmt.Errorf("%w: tile counts %+v", ErrBadLaunch, t)
 	}
 	acc := p.Scratch
 	ml := acc + DevicePtr(p.T*a.Heads*zs*a.HeadDim*4)
-	launch := func(name string, tiles DevicePtr, n, z, warps, smem int) error {
+	launch := func(name string, first, n, z, warps, smem int) error {
 		if n == 0 {
 			return nil
 		}
 		k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).Ptr(p.Q).I32(int32(p.QStride)).Ptr(p.KCache).Ptr(p.VCache).
-			Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(tiles).I32(int32(a.Heads)).
+			Ptr(p.TokSeq).Ptr(p.Pos).Ptr(p.BlockTables).I32(int32(p.BTStride)).Ptr(p.Tiles + DevicePtr(8*first)).I32(int32(a.Heads)).
 			I32(int32(a.KVHeads)).I32(int32(a.BlockSize)).F32(p.Scale * float32(math.Log2E)).I32(int32(zs))
 		return k.launchShared(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(z)}, Dim3{uint32(warps) * 32, 1, 1}, smem, s)
 	}
-	w1, w4 := flashKernels(a.HeadDim)
-	if err := launch(w1, p.Tiles, p.WarpTiles, p.WarpSplits, 1, 0); err != nil {
+	w1, mid, w4 := flashKernels(a.HeadDim)
+	if err := launch(w1, 0, t.Warp, z.Warp, 1, 0); err != nil {
 		return err
 	}
-	if err := launch(w4, p.Tiles+DevicePtr(8*p.WarpTiles), p.NumTiles-p.WarpTiles, p.BigSplits, flashWarps, flashSharedBytes(a.HeadDim)); err != nil {
+	if err := launch(mid, t.Warp, t.Mid, z.Mid, flashWarps, 0); err != nil {
+		return err
+	}
+	if err := launch(w4, t.Warp+t.Mid, t.Big, z.Big, flashWarps, flashSharedBytes(a.HeadDim)); err != nil {
 		return err
 	}
 	if zs == 1 {

@@ -503,7 +503,12 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // tiles holds (first token row, token count) per tile; grid (tiles, nkv,
 // Z), block WARPS·32 (FA_WARPS, or 1 for attn_mma_w1_*, whose tiles hold
 // at most 16/G tokens). HD (the head dim) is 64 or 128; G ≤ 16. The
-// four-warp form takes FA_SMEM_BYTES(HD) of dynamic shared memory.
+// four-warp form takes FA_SMEM_BYTES(HD) of dynamic shared memory. Tiles
+// of at most 64 rows (64/G tokens: a prompt's tail, a short chunk) run on
+// attn_mma_mid_*: four warps of one m-tile (16 rows) each, Q in
+// registers, 64-key tiles; on the two-m-tile form half its warps would
+// idle and the other half do the work of all four (the uncached tails of
+// 64 cached prompts took twice as long).
 //
 // Two m-tiles a warp (FA_ROWS 32): with one (16 rows), each K fragment a
 // warp loaded fed two mma and the warps stalled on dependent instructions
@@ -517,6 +522,8 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 #define FA_KEYS 32
 #define FA_SMEM_BYTES(HD) ((FA_WARPS * FA_ROWS + 2 * FA_KEYS) * ((HD) + 8) * 2)
 #define FA1_KEYS 32
+// The mid form's key tile (attn_mma_mid_*: 35 KB of static shared memory).
+#define FA_MID_KEYS 64
 
 // attn_load_tile issues the cp.async copies of KEYS keys from k0 of one
 // KV head's paged cache (K or V) into dst, this thread's share of them;
@@ -929,6 +936,12 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd128(ATTN_MMA_ARGS) {
 }
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_hd64(ATTN_MMA_ARGS) {
 	attn_mma_body<64, FA_WARPS, FA_KEYS, FA_ROWS / 16>(ATTN_MMA_PASS);
+}
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_mid_hd128(ATTN_MMA_ARGS) {
+	attn_mma_body<128, FA_WARPS, FA_MID_KEYS, 1>(ATTN_MMA_PASS);
+}
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_mid_hd64(ATTN_MMA_ARGS) {
+	attn_mma_body<64, FA_WARPS, FA_MID_KEYS, 1>(ATTN_MMA_PASS);
 }
 __global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mma_body<128, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }
 __global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }

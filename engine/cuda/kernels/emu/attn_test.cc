@@ -112,30 +112,41 @@ bool run(const Case &c, std::mt19937 &rng) {
 	});
 	report("paged_attention", out);
 	// Tiles as the backend cuts them (engine/cuda stepMeta): runs of up to
-	// tileTokens, those that fit in a warp (≤ 16/G tokens) first.
-	const int tileTokens = FA_WARPS * (FA_ROWS / G), warpTokens = 16 / G;
-	std::vector<int> small, big;
+	// tileTokens; those that fit in a warp (≤ 16/G tokens) first, then
+	// those the mid form takes (≤ 4·16/G), then the rest.
+	const int tileTokens = FA_WARPS * (FA_ROWS / G), warpTokens = 16 / G, midTokens = FA_WARPS * warpTokens;
+	std::vector<int> small, mid, big;
 	for (int s = 0, t = 0; s < S; t += c.chunks[s].len, s++)
 		for (int j = 0; j < c.chunks[s].len; j += tileTokens) {
 			int n = min(tileTokens, c.chunks[s].len - j);
-			auto &dst = n <= warpTokens ? small : big;
+			auto &dst = n <= warpTokens ? small : n <= midTokens ? mid : big;
 			dst.push_back(t + j);
 			dst.push_back(n);
 		}
 	std::vector<int> tiles = small;
+	tiles.insert(tiles.end(), mid.begin(), mid.end());
 	tiles.insert(tiles.end(), big.begin(), big.end());
-	const unsigned nTiles = (unsigned)tiles.size() / 2, nWarp = (unsigned)small.size() / 2;
-	// (Zw, Zb, w1): the four-warp kernel over every tile; then as the
-	// backend launches it, attn_mma_w1 over the warp tiles and the
-	// four-warp kernel over the rest, with one KV split, with three, and
-	// with each launch split its own way over a scratch of the larger.
+	const unsigned nTiles = (unsigned)tiles.size() / 2, nWarp = (unsigned)small.size() / 2, nMid = (unsigned)mid.size() / 2;
+	// The same tokens cut into mid-sized runs, for the mid form alone.
+	std::vector<int> midTiles;
+	for (int s = 0, t = 0; s < S; t += c.chunks[s].len, s++)
+		for (int j = 0; j < c.chunks[s].len; j += midTokens) {
+			midTiles.push_back(t + j);
+			midTiles.push_back(min(midTokens, c.chunks[s].len - j));
+		}
+	// Runs: the four-warp kernel over every tile; the mid kernel over
+	// every mid-sized run; then as the backend launches them (attn_mma_w1
+	// over the warp tiles, attn_mma_mid over the mid ones, the four-warp
+	// kernel over the rest) with one KV split, with three, and with each
+	// launch split its own way over a scratch of the largest.
+	enum Forms { BigOnly, MidOnly, Backend };
 	struct Run {
-		int zw, zb;
-		bool w1;
+		Forms forms;
+		int zw, zm, zb;
 	};
-	for (Run r : {Run{1, 1, false}, Run{1, 1, true}, Run{3, 3, true}, Run{1, 3, true}, Run{3, 1, true}}) {
-		const int Z = max(r.zw, r.zb);
-		const bool w1 = r.w1;
+	for (Run r : {Run{BigOnly, 1, 1, 1}, Run{MidOnly, 1, 1, 1}, Run{MidOnly, 1, 3, 1}, Run{Backend, 1, 1, 1}, Run{Backend, 3, 3, 3},
+			 Run{Backend, 1, 3, 2}, Run{Backend, 3, 1, 2}, Run{Backend, 2, 2, 1}}) {
+		const int Z = max(r.zw, max(r.zm, r.zb));
 		std::fill(out.begin(), out.end(), f2bf(nan));
 		// Stale partials of an earlier launch: (max, sum) = (0, 1), as if
 		// some keys had been seen, over NaN outputs, so a split that left
@@ -145,27 +156,30 @@ bool run(const Case &c, std::mt19937 &rng) {
 		std::vector<float> acc((size_t)T * nh * Z * hd, nan), ml((size_t)T * nh * Z * 2, 0.f);
 		for (size_t i = 1; i < ml.size(); i += 2) ml[i] = 1.f;
 		const float sl2 = (float)(scale * M_LOG2E);
-		unsigned first = 0;
-		if (w1 && nWarp > 0) {
-			first = nWarp;
-			emu::launch(dim3{nWarp, (unsigned)nkv, (unsigned)r.zw}, dim3{32, 1, 1}, [&] {
-				auto f = hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128;
+		// launch runs one form over n tiles from tl with z splits.
+		auto launch = [&](int form, const int *tl, unsigned n, int z) {
+			if (n == 0) return;
+			emu::launch(dim3{n, (unsigned)nkv, (unsigned)z}, dim3{form == 0 ? 32u : FA_WARPS * 32u, 1, 1}, [&] {
+				auto f = form == 0 ? (hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128)
+					: form == 1    ? (hd == 64 ? attn_mma_mid_hd64 : attn_mma_mid_hd128)
+								   : (hd == 64 ? attn_mma_hd64 : attn_mma_hd128);
 				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
-					bt.data(), btStride, tiles.data(), nh, nkv, bs, sl2, Z);
+					bt.data(), btStride, tl, nh, nkv, bs, sl2, Z);
 			});
+		};
+		if (r.forms == BigOnly) launch(2, tiles.data(), nTiles, r.zb);
+		if (r.forms == MidOnly) launch(1, midTiles.data(), (unsigned)midTiles.size() / 2, r.zm);
+		if (r.forms == Backend) {
+			launch(0, tiles.data(), nWarp, r.zw);
+			launch(1, tiles.data() + 2 * nWarp, nMid, r.zm);
+			launch(2, tiles.data() + 2 * (nWarp + nMid), nTiles - nWarp - nMid, r.zb);
 		}
-		if (nTiles > first)
-			emu::launch(dim3{nTiles - first, (unsigned)nkv, (unsigned)r.zb}, dim3{FA_WARPS * 32, 1, 1}, [&] {
-				auto f = hd == 64 ? attn_mma_hd64 : attn_mma_hd128;
-				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
-					bt.data(), btStride, tiles.data() + 2 * first, nh, nkv, bs, sl2, Z);
-			});
 		if (Z > 1)
 			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
 				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
 		char what[64];
-		std::snprintf(what, sizeof what, "attn_mma%s %d/%d split%s%s", w1 ? " w1+4w" : " 4w", r.zw, r.zb, Z > 1 ? "s" : "",
-			Z > 1 ? "+combine" : "");
+		std::snprintf(what, sizeof what, "attn_mma %s %d/%d/%d split%s", r.forms == BigOnly ? "4w" : r.forms == MidOnly ? "mid" : "w1+mid+4w",
+			r.zw, r.zm, r.zb, Z > 1 ? "s+combine" : "");
 		report(what, out);
 		if (Z > 1) { // how many rows were merged from several splits: the splits must be real
 			int merged = 0;
@@ -174,11 +188,11 @@ bool run(const Case &c, std::mt19937 &rng) {
 				for (int z = 0; z < Z; z++) live += ml[((size_t)row * Z + z) * 2 + 1] > 0.f;
 				merged += live > 1;
 			}
-			std::printf("     %-10s %d of %d rows merged from several splits; %u of %u tiles on one warp\n", c.name, merged, T * nh,
-				nWarp, nTiles);
+			std::printf("     %-10s %d of %d rows merged from several splits; tiles: %u on one warp, %u mid, %u of %u four-warp\n",
+				c.name, merged, T * nh, nWarp, nMid, nTiles - nWarp - nMid, nTiles);
 			int maxn = 0;
 			for (const Chunk &ch : c.chunks) maxn = max(maxn, ch.pos + ch.len);
-			if (r.zw == r.zb && maxn > FA_KEYS && merged == 0) { // a row past one key tile must have been split
+			if (r.zw == r.zm && r.zm == r.zb && maxn > FA_KEYS && merged == 0) { // a row past one key tile must have been split
 				std::printf("FAIL %-10s no row's keys were split\n", c.name);
 				ok = false;
 			}
