@@ -226,8 +226,8 @@ func checkOptions(ck *model.Checkpoint, opts BackendOptions) error {
 // Attention kernels of BackendOptions.Attention.
 const (
 	AttentionFlash = "flash"
-	// AttentionFlash4 is attn_mma on four-warp blocks only (the one-warp
-	// form for tiles of a warp's tokens off), for comparisons.
+	// AttentionFlash4 is attn_mma on its two-m-tile four-warp form only
+	// (the one-warp and mid forms for short tiles off), for comparisons.
 	AttentionFlash4 = "flash4"
 	AttentionPaged  = "paged"
 )
@@ -270,7 +270,7 @@ func (b *Backend) attentionKernel() string {
 	case !b.useFlash():
 		return "paged_attention"
 	case b.warpTileTokens() == 0:
-		return "attn_mma (four-warp blocks only)"
+		return "attn_mma (two-m-tile four-warp blocks only)"
 	}
 	return "attn_mma"
 }
