@@ -369,10 +369,10 @@ func (b *Backend) attnShape() AttnShape {
 
 // flashScratchFor is the split scratch for steps of up to capT token rows:
 // room for two splits of every row (a full step of decodes beside a long
-// chunk: FlashSplits gives the decodes 2 on the H100), and for the splits of steps of
-// few tiles, whose rows × splits stay under capT + W1·SMs·warpTokens/KVHeads
-// (at most 16·capT). A step that would need more gets fewer splits
-// (flashSplits).
+// chunk: FlashSplits gives the decodes 2 on the H100), and for the splits
+// of steps of few tiles, whose rows × splits stay under capT +
+// W1·SMs·warpTokens/KVHeads (at most 16·capT). A step that would need more
+// gets fewer splits (flashSplits).
 func (b *Backend) flashScratchFor(capT int) int {
 	a := b.attnShape()
 	if !b.useFlash() {

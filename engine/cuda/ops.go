@@ -29,8 +29,9 @@ const (
 	flashRows     = 32  // FA_ROWS: query rows a warp of the four-warp attn_mma owns
 	flashKeys     = 32  // FA_KEYS: the four-warp attn_mma's key tile
 	flashMaxSplit = 16  // the most KV splits Flash launches
-	// flashSplitKeys is the fewest keys a four-warp attn_mma split gets
-	// (FlashSplits): four key tiles.
+	// flashSplitKeys is the fewest keys a split of the mid or the
+	// two-m-tile attn_mma gets (FlashSplits): four of the latter's key
+	// tiles, two of the former's.
 	flashSplitKeys = 4 * flashKeys
 	sampleThreads  = 1024 // SAMPLE_THREADS
 	skinnyThreads  = 256  // GS_WARPS · 32: gemm_skinny's block
