@@ -66,7 +66,6 @@ func Start(opts BackendOptions) (*Starter, error) {
 			return nil, err
 		}
 	}
-	mode := opts.Upload
 	d, err := LoadDriver()
 	if err != nil {
 		return nil, err
@@ -81,7 +80,7 @@ func Start(opts BackendOptions) (*Starter, error) {
 		s.blas <- blasResult{lib, err, msSince(t)}
 	}()
 	go func() {
-		if mode != UploadStaged {
+		if opts.Upload != UploadStaged {
 			s.ring <- ringResult{}
 			return
 		}

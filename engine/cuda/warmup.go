@@ -302,12 +302,12 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": float64(maxItem.Microseconds()) / 1000, "yields": yields}
+		"max_item_ms": durMS(maxItem), "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
 	}
 	if staging > 0 {
-		attrs["staging_release_ms"] = float64(staging.Microseconds()) / 1000
+		attrs["staging_release_ms"] = durMS(staging)
 	}
 	if err := errors.Join(errs...); err != nil {
 		attrs["error"] = err.Error()
