@@ -653,15 +653,15 @@ func TestGPUGraphReplay(t *testing.T) {
 
 // TestGPUFlashResidency asks the driver how many attn_mma blocks of each
 // form a multiprocessor holds (what FlashSplits sizes its splits by): at
-// least one of each, and no fewer one-warp blocks than four-warp ones,
-// which need four times the registers.
+// least one of each, and no fewer one-warp blocks than blocks of either
+// four-warp form, which need four times the registers.
 func TestGPUFlashResidency(t *testing.T) {
 	g := newGPU(t)
 	for _, hd := range []int{64, 128} {
 		r, err := g.k.FlashResidency(hd)
 		g.ok(err)
-		t.Logf("attn_mma head dim %d: %d one-warp, %d four-warp blocks per multiprocessor", hd, r.W1, r.W4)
-		if r.W4 < 1 || r.W1 < r.W4 {
+		t.Logf("attn_mma head dim %d: %d one-warp, %d mid, %d four-warp blocks per multiprocessor", hd, r.W1, r.Mid, r.W4)
+		if r.W4 < 1 || r.Mid < 1 || r.W1 < r.W4 || r.W1 < r.Mid {
 			t.Errorf("head dim %d: %+v", hd, r)
 		}
 	}
