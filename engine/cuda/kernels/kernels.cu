@@ -481,9 +481,10 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // and the tile's tokens share every K/V row it reads: each key tile
 // (FA_KEYS keys) is read from the paged cache once into shared memory and
 // used by up to 128 query rows (paged_attention reads it once per query
-// head and token). Warp w owns FA_ROWS query rows, row r = (token
-// w·(FA_ROWS/G) + r/G, head r%G of the group), as two m-tiles of 16 that
-// share each K and V fragment it loads; S = Q·Kᵀ and O += P·V are
+// head and token). In this (the four-warp) form warp w owns FA_ROWS query
+// rows, row r = (token w·(FA_ROWS/G) + r/G, head r%G of the group), as two
+// m-tiles of 16 that share each K and V fragment it loads; the one-warp
+// and mid forms below give a warp one m-tile. S = Q·Kᵀ and O += P·V are
 // mma.m16n8k16 (bf16 in, fp32 accumulate), the softmax is online in fp32
 // (flash-attention 2), P enters the second product as a bf16 pair (hi +
 // lo).
@@ -494,9 +495,9 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // all of a tile's keys, writes out directly; otherwise each split writes
 // its unnormalised output and (max, sum) to part_acc and part_ml, and
 // attn_combine merges them. Each tile divides its own key count, so a
-// CUDA graph captured with a fixed Z stays right as contexts grow. The two
-// forms of a step are two launches, each with its own Z (what fills a
-// wave of its blocks), over one scratch of zs ≥ Z splits a row: a row's
+// CUDA graph captured with a fixed Z stays right as contexts grow. The
+// three forms of a step are three launches, each with its own Z (what
+// fills a wave of its blocks), over one scratch of zs ≥ Z splits a row: a row's
 // split-0 block marks its splits from Z to zs empty, so attn_combine
 // (over zs) merges only what the row's launch wrote.
 //
@@ -507,8 +508,9 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // of at most 64 rows (64/G tokens: a prompt's tail, a short chunk) run on
 // attn_mma_mid_*: four warps of one m-tile (16 rows) each, Q in
 // registers, 64-key tiles; on the two-m-tile form half its warps would
-// idle and the other half do the work of all four (the uncached tails of
-// 64 cached prompts took twice as long).
+// idle and the other half do the work of all four (the 64-stream run on
+// cached prompts, whose uncached tails are such tiles, went from 38.5 to
+// 49 ms TTFT p50 on the H100).
 //
 // Two m-tiles a warp (FA_ROWS 32): with one (16 rows), each K fragment a
 // warp loaded fed two mma and the warps stalled on dependent instructions
@@ -521,6 +523,11 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // with 16 rows a warp.
 #define FA_KEYS 32
 #define FA_SMEM_BYTES(HD) ((FA_WARPS * FA_ROWS + 2 * FA_KEYS) * ((HD) + 8) * 2)
+// The one-warp form (attn_mma_w1_*) for tiles that fit in a warp (decode
+// tokens, short chunk ends): a four-warp block on such a tile computes on
+// one warp while three only load, and holds the SM's registers and shared
+// memory for all four. One warp per block with 32-key tiles (17 KB of
+// shared memory) lets eight such blocks share an SM, eight warps computing.
 #define FA1_KEYS 32
 // The mid form's key tile (attn_mma_mid_*: 35 KB of static shared memory).
 #define FA_MID_KEYS 64
@@ -548,15 +555,24 @@ __device__ __forceinline__ void attn_load_tile(bf16 (*dst)[HD + 8], const bf16 *
 	}
 }
 
+// mark_split_empty writes split pr's (max, sum) as an empty split's, −inf
+// and 0: weight zero in attn_combine. attn_mma_body marks a split so when
+// it has no key, when a row's one split had them all (the row is written
+// out directly), and for the splits of the scratch its launch lacks.
+__device__ __forceinline__ void mark_split_empty(float *part_ml, long long pr) {
+	part_ml[2 * pr] = NEG_INF;
+	part_ml[2 * pr + 1] = 0.f;
+}
+
 template <int HD, int WARPS, int KEYS, int MT>
 __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
 	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
 	const int *tiles, int nh, int nkv, int block_size, float scale_log2, int zs) {
 	KERNEL_ENTRY();
 	// Rows padded by 8 bf16 (16 bytes): the fragment reads of 8 rows at
-	// one column then fall in 8 different bank quads. The one-warp form
-	// keeps Q in registers and K/V tiles in static shared memory; the
-	// four-warp form has twice the rows a warp, and Q's fragments would
+	// one column then fall in 8 different bank quads. The one-warp and mid
+	// forms keep Q in registers and K/V tiles in static shared memory; the
+	// two-m-tile form has twice the rows a warp, and Q's fragments would
 	// not fit beside them in registers, so Q waits in shared memory too:
 	// more than the 48 KB a block may declare statically, so it is the
 	// launch's dynamic shared memory (FA_SMEM_BYTES).
@@ -616,11 +632,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		if (tig == 0)
 #pragma unroll
 			for (int i = 0; i < NR; i++)
-				if (rpos[i] >= 0) {
-					long long pr = ((long long)rtok[i] * nh + rhead[i]) * zs + z;
-					part_ml[2 * pr] = NEG_INF;
-					part_ml[2 * pr + 1] = 0.f;
-				}
+				if (rpos[i] >= 0) mark_split_empty(part_ml, ((long long)rtok[i] * nh + rhead[i]) * zs + z);
 		return;
 	}
 	const bool active = w * TPW < cnt;
@@ -860,11 +872,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 			for (int d = 0; d < HD / 8; d++)
 				*(unsigned int *)(dst + d * 8) = pack_bf16x2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
 			// The other splits are empty: nothing for attn_combine to merge.
-			if (zs > 1 && tig == 0) {
-				long long pr = row * zs + z;
-				part_ml[2 * pr] = NEG_INF;
-				part_ml[2 * pr + 1] = 0.f;
-			}
+			if (zs > 1 && tig == 0) mark_split_empty(part_ml, row * zs + z);
 		} else {
 			long long pr = row * zs + z;
 			float *dst = part_acc + pr * HD + tig * 2;
@@ -880,11 +888,7 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 		}
 		// Splits this launch does not have, of the scratch's zs.
 		if (z == 0 && tig == 0)
-			for (int e = Z; e < zs; e++) {
-				long long pr = row * zs + e;
-				part_ml[2 * pr] = NEG_INF;
-				part_ml[2 * pr + 1] = 0.f;
-			}
+			for (int e = Z; e < zs; e++) mark_split_empty(part_ml, row * zs + e);
 	}
 }
 
@@ -1170,11 +1174,12 @@ __device__ __forceinline__ void gemm_skinny_body(void *y, const void *x, const b
 // features instead of 16, for GEMMs whose N/16 blocks spread unevenly
 // over the SMs (the 4B o_proj and down_proj: 160 blocks for 132 SMs, so
 // 28 SMs stream two blocks' weights while the others stream one) or
-// leave SMs without one (the 0.6B ones: 64). W is the mma's B operand (16 k × 8 features) and X its
-// A operand (16 token rows, the upper 8 zero), with the same k
-// permutation: lane (g, c) loads W[n0+g][8c … 8c+7] and X[g][8c … 8c+7]
-// of each 32-wide chunk, one 16-byte load each, the two mma k16 steps
-// taking words (x, y) and (z, w). Twice the chunks in flight a warp
+// leave SMs without one (the 0.6B ones: 64). W is the mma's B operand
+// (16 k × 8 features) and X its A operand (16 token rows, the upper 8
+// zero), with the same k permutation: lane (g, c) loads W[n0+g][8c …
+// 8c+7] and X[g][8c … 8c+7] of each 32-wide chunk, one 16-byte load
+// each, the two mma k16 steps taking words (x, y) and (z, w). Twice the
+// chunks in flight a warp
 // (GS_N8_UNROLL), so a warp keeps as many bytes of W in flight as the
 // 16-feature form. Warp w takes chunks w, w + GS_WARPS, … as there
 // (gemm_skinny_loop); the partial sums are added in the same fixed order.
