@@ -197,6 +197,64 @@ func TestFlashSplits(t *testing.T) {
 	fits(FlashTiles{Big: 64, BigKeys: 2048}, 2048, 2048)         // a 2,048-token chunk alone
 }
 
+// TestMidTiling pins which steps layoutMeta cuts into mid tiles: a short
+// prompt or chunk whose mid tiles fit one wave of mid blocks, and no
+// longer one; decode tokens stay on one warp either way.
+func TestMidTiling(t *testing.T) {
+	// Qwen3-4B's shape, G = 4: tiles of 4, 16 and 32 tokens; an H100
+	// holds 264 mid blocks, 33 tiles of 8 KV heads.
+	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
+	b.info.SMs, b.flashRes = 132, FlashResidency{W1: 8, Mid: 2, W4: 2}
+	chunk := func(n, pos int) sched.SeqChunk {
+		blocks := make([]int32, (pos+n+15)/16)
+		for i := range blocks {
+			blocks[i] = int32(i)
+		}
+		return sched.SeqChunk{Tokens: make([]int32, n), Pos: pos, Blocks: blocks}
+	}
+	decodes := func(n int) []sched.SeqChunk {
+		s := make([]sched.SeqChunk, n)
+		for i := range s {
+			s[i] = chunk(1, 767)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		what string
+		seqs []sched.SeqChunk
+		want FlashTiles
+	}{
+		{"a 256-token prompt: 16 mid tiles, 128 blocks", []sched.SeqChunk{chunk(256, 0)}, FlashTiles{Mid: 16, MidKeys: 256}},
+		{"a 528-token prompt: 33 mid tiles, one wave", []sched.SeqChunk{chunk(528, 0)}, FlashTiles{Mid: 33, MidKeys: 528}},
+		{"a 544-token prompt: 34 mid tiles, over a wave", []sched.SeqChunk{chunk(544, 0)}, FlashTiles{Big: 17, BigKeys: 544}},
+		{"2 × 1,024 prompt tokens", []sched.SeqChunk{chunk(1024, 0), chunk(1024, 0)}, FlashTiles{Big: 64, BigKeys: 1024}},
+		{"63 decodes beside a 256-token chunk at 768", append(decodes(63), chunk(256, 768)), FlashTiles{Warp: 63, Mid: 16, MidKeys: 1024}},
+		{"a 40-token prompt: two of 16 and one of 8", []sched.SeqChunk{chunk(40, 0)}, FlashTiles{Mid: 3, MidKeys: 40}},
+		{"64 decodes", decodes(64), FlashTiles{Warp: 64}},
+	} {
+		bt := &sched.Batch{Seqs: c.seqs}
+		T := 0
+		for _, s := range c.seqs {
+			T += len(s.Tokens)
+		}
+		b.layoutMeta(bt, T, len(c.seqs), 80)
+		if b.metaTiles != c.want {
+			t.Errorf("%s: tiles %+v, want %+v", c.what, b.metaTiles, c.want)
+		}
+	}
+	// Off without a mid form (flash4) or before the residency is known.
+	b.opts.Attention = AttentionFlash4
+	b.layoutMeta(&sched.Batch{Seqs: []sched.SeqChunk{chunk(256, 0)}}, 256, 1, 80)
+	if want := (FlashTiles{Big: 8, BigKeys: 256}); b.metaTiles != want {
+		t.Errorf("flash4, 256-token prompt: tiles %+v, want %+v", b.metaTiles, want)
+	}
+	b.opts.Attention, b.flashRes = AttentionFlash, FlashResidency{}
+	b.layoutMeta(&sched.Batch{Seqs: []sched.SeqChunk{chunk(256, 0)}}, 256, 1, 80)
+	if want := (FlashTiles{Big: 8, BigKeys: 256}); b.metaTiles != want {
+		t.Errorf("no residency yet, 256-token prompt: tiles %+v, want %+v", b.metaTiles, want)
+	}
+}
+
 // TestGemmPath pins who runs each GEMM: gemm_skinny only where it fits;
 // under GemmAuto for few rows always and for up to SkinnyMaxRows rows
 // until cuBLASLt has run the shape; GemmCublasLt and GemmSkinny as named.

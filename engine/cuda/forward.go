@@ -350,8 +350,24 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 // layoutMeta lays out the step's metadata (stepMeta) in b.hostMeta and
 // records the table rows and tiles enqueueLayers needs to find its parts.
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
-	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, b.tileTokens(), b.warpTileTokens(), b.midTileTokens())
+	tile, warp, mid := b.tileTokens(), b.warpTileTokens(), b.midTileTokens()
+	if mid > 0 && FlashMidTiling(b.attnShape(), b.flashRes, midTiles(bt, warp, mid), b.info.SMs) {
+		tile = mid
+	}
+	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, tile, warp, mid)
 	b.metaTableRows = tableRows
+}
+
+// midTiles counts the tiles of more than warpTokens tokens that cutting
+// the batch's chunks into runs of at most midTokens makes (FlashMidTiling).
+func midTiles(bt *sched.Batch, warpTokens, midTokens int) int {
+	n := 0
+	for i := range bt.Seqs {
+		if l := len(bt.Seqs[i].Tokens); l > warpTokens {
+			n += (l + midTokens - 1) / midTokens
+		}
+	}
+	return n
 }
 
 // tileTokens is the attention tile of this model (FlashTileTokens), 1 when

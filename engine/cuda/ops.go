@@ -426,6 +426,21 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 	return FlashSplitCounts{Warp: fill(res.W1, t.Warp), Mid: keyed(res.Mid, t.Mid, t.MidKeys), Big: keyed(res.W4, t.Big, t.BigKeys)}
 }
 
+// FlashMidTiling says whether a step cuts its chunks into mid tiles
+// (FlashMidTokens) rather than two-m-tile ones (FlashTileTokens), given
+// midTiles, the tiles of more than FlashWarpTokens tokens the mid cut
+// makes: when they fit one wave of mid blocks over the KV heads. Such a
+// step holds a short prompt or chunk, whose two-m-tile blocks would be
+// half as many and leave most of a wave idle: a 256-token prompt is 8
+// two-m-tile tiles, 64 blocks for 8 KV heads where an H100 holds 264,
+// and its attention took 1.41 ms on them against 1.28 ms on 16-token
+// tiles of one m-tile a warp (docs/BENCHMARKS.md, ninth session). A
+// longer step fills the GPU either way, and two m-tiles a warp then win
+// (2 × 1,024 tokens: 4.46 against 5.71 ms).
+func FlashMidTiling(a AttnShape, res FlashResidency, midTiles, sms int) bool {
+	return midTiles > 0 && midTiles*a.KVHeads <= res.Mid*sms
+}
+
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows
 // split z ways (0 when z is 1): per (token, head, split) the fp32 output
 // row and its (max, sum).

@@ -18,8 +18,8 @@ import (
 // scripts/gpu-cold-bench.sh): per operation, summed over the layers, with
 // CUDA events, for the steps the serve benchmark runs — batch-1 decode,
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
-// at positions 768–1023 beside 63 decoding sequences, a 256-token
-// prefill, the uncached 12-token tails of 64 cached prompts, and the
+// at positions 768–1023 beside 63 decoding sequences, a 256-token and a
+// 512-token prefill (mid tiles; on flash4 two-m-tile ones), the uncached 12-token tails of 64 cached prompts, and the
 // steps of the fresh-prompt run (two whole 1,024-token
 // prompts at the default token budget, four at a budget of 4,096) — and
 // the wall time of a 64-row decode step with logits to the host (Forward)
@@ -95,6 +95,7 @@ func TestGPUStepProfile(t *testing.T) {
 		{"decode b64 ctx 1100", decode(seqs, ctxLen)},
 		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
+		{"prefill 512 @0", chunks(1, 512, 0)},
 		{"prefill 64 x 12 @848 (cached prompts)", chunks(seqs, 12, 848)},
 		{"prefill 2 x 1024 @0", chunks(2, 1024, 0)},
 		{"prefill 4 x 1024 @0", chunks(4, 1024, 0)},
