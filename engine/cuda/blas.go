@@ -296,6 +296,53 @@ func (b *BLAS) plan(s GemmShape) (*C.tt_ltPlan, error) {
 	return p, nil
 }
 
+// GemmAlgo is one of cuBLASLt's algorithms for a GEMM shape (opaque to
+// treni-top) with the workspace it needs: BLAS.Algos lists them, SetAlgo
+// makes one the shape's plan.
+type GemmAlgo struct {
+	algo      C.tt_ltAlgo
+	Workspace int
+	// Waves is cuBLASLt's estimate of how many waves of blocks it runs.
+	Waves float32
+}
+
+// Algos lists up to n of cuBLASLt's algorithms for shape that fit the
+// handle's workspace, the heuristic's pick first (the one a new plan
+// takes), building the shape's plan if needed.
+func (b *BLAS) Algos(shape GemmShape, n int) ([]GemmAlgo, error) {
+	p, err := b.plan(shape)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, nil
+	}
+	res := make([]C.tt_ltHeuristic, n)
+	var got C.int
+	var failed *C.char
+	if st := C.tt_lt_algos(b.lib, b.h, p, C.size_t(b.wsSize), C.int(n), &res[0], &got, &failed); st != 0 {
+		return nil, fmt.Errorf("GEMM algorithms for %dx%dx%d: %w", shape.M, shape.N, shape.K, b.check(C.GoString(failed), st))
+	}
+	out := make([]GemmAlgo, 0, int(got))
+	for _, r := range res[:int(got)] {
+		out = append(out, GemmAlgo{algo: r.algo, Workspace: int(r.workspaceSize), Waves: float32(r.wavesCount)})
+	}
+	return out, nil
+}
+
+// SetAlgo makes a (one of Algos(shape)) the algorithm Gemm runs for shape.
+func (b *BLAS) SetAlgo(shape GemmShape, a GemmAlgo) error {
+	p, err := b.plan(shape)
+	if err != nil {
+		return err
+	}
+	if a.Workspace > b.wsSize {
+		return fmt.Errorf("GEMM algorithm for %dx%dx%d needs %d bytes of workspace, more than the %d there are", shape.M, shape.N, shape.K, a.Workspace, b.wsSize)
+	}
+	p.algo, p.workspace = a.algo, C.size_t(a.Workspace)
+	return nil
+}
+
 // Gemm enqueues Y = X·Wᵀ on stream s (nil: the default stream), or Y += X·Wᵀ
 // when accumulate is set (beta = 1, which fuses a residual add into an f32
 // Y). Plans are built on first use of a shape; the first call per shape

@@ -88,6 +88,21 @@ fail:
 	return st;
 }
 
+int tt_lt_algos(tt_blaslt *b, tt_ltHandle h, tt_ltPlan *p, size_t maxws, int want, tt_ltHeuristic *out, int *n,
+	const char **failed) {
+	int st = 0;
+	tt_ltPref pref = NULL;
+	*n = 0;
+	LT_TRY(b->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+	unsigned long long ws = maxws;
+	LT_TRY(b->cublasLtMatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WS, &ws, sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+	memset(out, 0, sizeof(*out) * (size_t)want);
+	LT_TRY(b->cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->d, pref, want, out, n), "cublasLtMatmulAlgoGetHeuristic");
+fail:
+	if (pref) b->cublasLtMatmulPreferenceDestroy(pref);
+	return st;
+}
+
 int tt_lt_plan_free(tt_blaslt *b, tt_ltPlan *p) {
 	int st = 0, s;
 	tt_ltLayout ls[4] = {p->a, p->b, p->c, p->d};

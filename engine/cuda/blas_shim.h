@@ -69,6 +69,11 @@ void tt_blaslt_close(tt_blaslt *b);
 // *failed to the call's name; whatever was created is destroyed.
 int tt_lt_plan(tt_blaslt *b, tt_ltHandle h, tt_ltPlan *p, int transa, int transb, tt_ltLayoutSpec a,
 	tt_ltLayoutSpec bb, tt_ltLayoutSpec c, size_t maxws, const char **failed);
+// tt_lt_algos asks cuBLASLt's heuristic for up to want algorithms for
+// plan p's shape within maxws bytes of workspace, best first, into out;
+// *n is how many it found.
+int tt_lt_algos(tt_blaslt *b, tt_ltHandle h, tt_ltPlan *p, size_t maxws, int want, tt_ltHeuristic *out, int *n,
+	const char **failed);
 // tt_lt_plan_free destroys what a plan holds and returns the first failure.
 int tt_lt_plan_free(tt_blaslt *b, tt_ltPlan *p);
 
