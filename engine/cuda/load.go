@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/treni-top/treni-top/engine/memstat"
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -159,8 +160,19 @@ func (s *Starter) release() {
 	(<-s.ring).ring.unmap()
 }
 
+// stage reports stage st from start to now, with the process's resident
+// memory at its end (rss_mb, rss_anon_mb, rss_file_mb: docs/ARCHITECTURE.md, Stages), so
+// that the stages say which part of the load and warm-up made the RSS
+// after load.
 func (b *Backend) stage(st trace.Stage, start time.Time, attrs trace.Attrs) {
-	b.stageSpan(st, start, time.Now(), attrs)
+	end := time.Now()
+	if r, err := memstat.Self(); err == nil {
+		if attrs == nil {
+			attrs = trace.Attrs{}
+		}
+		attrs["rss_mb"], attrs["rss_anon_mb"], attrs["rss_file_mb"] = memstat.MB(r.Total), memstat.MB(r.Anon), memstat.MB(r.File)
+	}
+	b.stageSpan(st, start, end, attrs)
 }
 
 func (b *Backend) stageSpan(st trace.Stage, start, end time.Time, attrs trace.Attrs) {

@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -70,6 +71,15 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 		}
 		if e, _ := a["error"].(string); e != "graph 2: capture refused" {
 			t.Errorf("error attr %q", e)
+		}
+		// The stage ends with the process's resident memory (Linux).
+		if runtime.GOOS == "linux" {
+			rss, _ := a["rss_mb"].(float64)
+			anon, _ := a["rss_anon_mb"].(float64)
+			file, _ := a["rss_file_mb"].(float64)
+			if rss <= 0 || anon <= 0 || anon+file > rss+1 {
+				t.Errorf("resident memory attrs: rss %v, anonymous %v, file %v", a["rss_mb"], a["rss_anon_mb"], a["rss_file_mb"])
+			}
 		}
 	})
 }

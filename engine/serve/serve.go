@@ -17,12 +17,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/treni-top/treni-top/engine/cpu"
 	"github.com/treni-top/treni-top/engine/cuda"
+	"github.com/treni-top/treni-top/engine/memstat"
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/engine/server"
@@ -598,21 +598,15 @@ func releaseLoadMemory(lg *log.Logger) {
 		float64(ms.HeapInuse)/1e6, float64(ms.Sys-ms.HeapReleased)/1e6, float64(ms.HeapReleased)/1e6, residentMemory())
 }
 
-// residentMemory reads VmRSS, RssAnon and RssFile from /proc/self/status
-// ("RSS not reported" where there is none), so the log line shows how
-// much of the process's memory the Go runtime accounts for.
+// residentMemory is the process's resident memory for the load log line
+// ("RSS not reported" where there is none), so that it shows how much of
+// it the Go runtime accounts for.
 func residentMemory() string {
-	b, err := os.ReadFile("/proc/self/status")
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && (k == "VmRSS" || k == "RssAnon" || k == "RssFile") {
-			out = append(out, k+" "+strings.TrimSpace(v))
-		}
-	}
-	if err != nil || len(out) == 0 {
+	r, err := memstat.Self()
+	if err != nil {
 		return "RSS not reported"
 	}
-	return strings.Join(out, ", ")
+	return r.String()
 }
 
 // backend is what serve needs of a backend beyond the scheduler's view.
