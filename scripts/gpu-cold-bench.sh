@@ -101,13 +101,16 @@ for p in $PRESETS; do
 	done
 done
 
-# Where the engine's resident memory goes after load: serve the largest
-# checkpoint, wait for /health, read /proc/PID/status and the RSS of each
-# mapping (smaps), stop it.
+# Where the engine's resident memory goes after load and warm-up: serve
+# the largest checkpoint, wait for /health and then for the background
+# warm-up's stage line (at most 20 s), read /proc/PID/status and the RSS
+# of each mapping (smaps), stop it; then the resident memory each stage
+# ended with (rss_mb, rss_anon_mb, rss_file_mb), in the order they ended.
 say "rss breakdown ($last)"
 "$BIN" serve --model "$WORK/qwen3-$last" --device cuda --addr 127.0.0.1:18566 2>"$RES/rss-serve.log" &
 SPID=$!
 for _ in $(seq 1 300); do curl -fsS http://127.0.0.1:18566/health >/dev/null 2>&1 && break; sleep 0.05; done
+for _ in $(seq 1 200); do grep -q '"kind":"background"' "$RES/rss-serve.log" && break; sleep 0.1; done
 python3 - "$SPID" >"$RES/rss.txt" 2>&1 <<'PY'
 import collections, sys
 pid = sys.argv[1]
@@ -126,6 +129,19 @@ for n, kb in by.most_common(12):
     print("%8.1f MB  %s" % (kb / 1024, n))
 PY
 kill $SPID; wait $SPID 2>/dev/null
+python3 - "$RES/rss-serve.log" >>"$RES/rss.txt" 2>&1 <<'PY'
+import json, sys
+print("resident memory at each stage's end (MB: total / anonymous / file)")
+for l in open(sys.argv[1]):
+    try:
+        e = json.loads(l)
+    except ValueError:
+        continue
+    a = e.get("attrs") or {}
+    if "rss_mb" in a:
+        name = e.get("stage", "?") + (" (" + a["kind"] + ")" if "kind" in a else "")
+        print("  %-34s %7.1f / %7.1f / %7.1f" % (name, a["rss_mb"], a.get("rss_anon_mb", 0), a.get("rss_file_mb", 0)))
+PY
 cat "$RES/rss.txt" | tee -a "$LOG"
 
 hf() { # preset stem [extra flags...]
