@@ -202,7 +202,7 @@ func TestFlashSplits(t *testing.T) {
 // longer one; decode tokens stay on one warp either way.
 func TestMidTiling(t *testing.T) {
 	// Qwen3-4B's shape, G = 4: tiles of 4, 16 and 32 tokens; an H100
-	// holds 264 mid blocks, 33 tiles of 8 KV heads.
+	// holds 264 mid blocks, 33 tiles of 8 KV heads: two waves are 66.
 	b := &Backend{cfg: model.Config{NumHeads: 32, NumKVHeads: 8, HeadDim: 128}, opts: BackendOptions{BlockSize: 16, Attention: AttentionFlash}}
 	b.info.SMs, b.flashRes = 132, FlashResidency{W1: 8, Mid: 2, W4: 2}
 	chunk := func(n, pos int) sched.SeqChunk {
@@ -225,10 +225,21 @@ func TestMidTiling(t *testing.T) {
 		want FlashTiles
 	}{
 		{"a 256-token prompt: 16 mid tiles, 128 blocks", []sched.SeqChunk{chunk(256, 0)}, FlashTiles{Mid: 16, MidKeys: 256}},
-		{"a 528-token prompt: 33 mid tiles, one wave", []sched.SeqChunk{chunk(528, 0)}, FlashTiles{Mid: 33, MidKeys: 528}},
-		{"a 544-token prompt: 34 mid tiles, over a wave", []sched.SeqChunk{chunk(544, 0)}, FlashTiles{Big: 17, BigKeys: 544}},
+		{"a 1,024-token prompt: 64 mid tiles, two waves", []sched.SeqChunk{chunk(1024, 0)}, FlashTiles{Mid: 64, MidKeys: 1024}},
+		{"a 1,056-token prompt: 66 mid tiles, two waves", []sched.SeqChunk{chunk(1056, 0)}, FlashTiles{Mid: 66, MidKeys: 1056}},
+		{"a 1,072-token prompt: 67 mid tiles, over two waves (33 big, a 16-token mid tail)", []sched.SeqChunk{chunk(1072, 0)}, FlashTiles{Mid: 1, Big: 33, MidKeys: 1072, BigKeys: 1056}},
+		{"two 512-token chunks at 512: two waves behind their length", []sched.SeqChunk{chunk(512, 512), chunk(512, 512)}, FlashTiles{Big: 32, BigKeys: 1024}},
+		{"two 512-token prompts: 64 mid tiles", []sched.SeqChunk{chunk(512, 0), chunk(512, 0)}, FlashTiles{Mid: 64, MidKeys: 512}},
 		{"2 × 1,024 prompt tokens", []sched.SeqChunk{chunk(1024, 0), chunk(1024, 0)}, FlashTiles{Big: 64, BigKeys: 1024}},
 		{"63 decodes beside a 256-token chunk at 768", append(decodes(63), chunk(256, 768)), FlashTiles{Warp: 63, Mid: 16, MidKeys: 1024}},
+		{"a 256-token chunk at 784: more than 3x its length before it", []sched.SeqChunk{chunk(256, 784)}, FlashTiles{Big: 8, BigKeys: 1040}},
+		{"a 1,024-token chunk at 3,072: two waves behind 3x its length", []sched.SeqChunk{chunk(1024, 3072)}, FlashTiles{Big: 32, BigKeys: 4096}},
+		{"a 1,024-token chunk at 512: two waves behind half its length", []sched.SeqChunk{chunk(1024, 512)}, FlashTiles{Mid: 64, MidKeys: 1536}},
+		{"a 1,024-token chunk at 528", []sched.SeqChunk{chunk(1024, 528)}, FlashTiles{Big: 32, BigKeys: 1552}},
+		{"a 512-token chunk at 15,872: one wave behind 31x", []sched.SeqChunk{chunk(512, 15872)}, FlashTiles{Big: 16, BigKeys: 16384}},
+		{"a 1,024-token chunk at 15,360", []sched.SeqChunk{chunk(1024, 15360)}, FlashTiles{Big: 32, BigKeys: 16384}},
+		{"a 12-token tail at 848 beside a 256-token prompt: one mid tile either way", []sched.SeqChunk{chunk(12, 848), chunk(256, 0)}, FlashTiles{Mid: 17, MidKeys: 860}},
+		{"a 40-token tail at 848 beside a 256-token prompt: the tail is cut too", []sched.SeqChunk{chunk(40, 848), chunk(256, 0)}, FlashTiles{Mid: 1, Big: 9, MidKeys: 888, BigKeys: 880}},
 		{"a 40-token prompt: two of 16 and one of 8", []sched.SeqChunk{chunk(40, 0)}, FlashTiles{Mid: 3, MidKeys: 40}},
 		{"64 decodes", decodes(64), FlashTiles{Warp: 64}},
 	} {

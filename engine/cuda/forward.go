@@ -351,23 +351,33 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 // records the table rows and tiles enqueueLayers needs to find its parts.
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
 	tile, warp, mid := b.tileTokens(), b.warpTileTokens(), b.midTileTokens()
-	if mid > 0 && FlashMidTiling(b.attnShape(), b.flashRes, midTiles(bt, warp, mid), b.info.SMs) {
-		tile = mid
+	if mid > 0 {
+		if n, context := midTiles(bt, warp, mid); FlashMidTiling(b.attnShape(), b.flashRes, n, context, b.info.SMs) {
+			tile = mid
+		}
 	}
 	b.hostMeta, b.metaTiles = stepMeta(b.hostMeta, bt, b.opts.BlockSize, Tm, tableRows, btStride, tile, warp, mid)
 	b.metaTableRows = tableRows
 }
 
 // midTiles counts the tiles of more than warpTokens tokens that cutting
-// the batch's chunks into runs of at most midTokens makes (FlashMidTiling).
-func midTiles(bt *sched.Batch, warpTokens, midTokens int) int {
-	n := 0
+// the batch's chunks into runs of at most midTokens makes, and returns the
+// most earlier keys a chunk longer than midTokens follows, as a multiple
+// of its length (FlashMidTiling; a chunk of one mid tile is one either
+// way).
+func midTiles(bt *sched.Batch, warpTokens, midTokens int) (n int, context float64) {
 	for i := range bt.Seqs {
-		if l := len(bt.Seqs[i].Tokens); l > warpTokens {
-			n += (l + midTokens - 1) / midTokens
+		s := &bt.Seqs[i]
+		l := len(s.Tokens)
+		if l <= warpTokens {
+			continue
+		}
+		n += (l + midTokens - 1) / midTokens
+		if l > midTokens {
+			context = max(context, float64(s.Pos)/float64(l))
 		}
 	}
-	return n
+	return n, context
 }
 
 // tileTokens is the attention tile of this model (FlashTileTokens), 1 when

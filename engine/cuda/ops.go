@@ -429,16 +429,41 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 // FlashMidTiling says whether a step cuts its chunks into mid tiles
 // (FlashMidTokens) rather than two-m-tile ones (FlashTileTokens), given
 // midTiles, the tiles of more than FlashWarpTokens tokens the mid cut
-// makes: when they fit one wave of mid blocks over the KV heads. Such a
-// step holds a short prompt or chunk, whose two-m-tile blocks would be
-// half as many and leave most of a wave idle: a 256-token prompt is 8
-// two-m-tile tiles, 64 blocks for 8 KV heads where an H100 holds 264,
-// and its attention took 1.41 ms on them against 1.28 ms on 16-token
-// tiles of one m-tile a warp (docs/BENCHMARKS.md, ninth session). A
-// longer step fills the GPU either way, and two m-tiles a warp then win
-// (2 × 1,024 tokens: 4.46 against 5.71 ms).
-func FlashMidTiling(a AttnShape, res FlashResidency, midTiles, sms int) bool {
-	return midTiles > 0 && midTiles*a.KVHeads <= res.Mid*sms
+// makes, and context, the most earlier keys a chunk longer than one mid
+// tile follows, as a multiple of its own length: when the tiles fit one
+// wave of mid blocks over the KV heads and context is at most 3, or two
+// waves and at most ½. Such a step holds a prompt or chunk of up to
+// ~1,000 tokens (G = 4, an H100) whose keys are mostly its own, so its
+// tiles' key counts range from a few to all of them: on two-m-tile tiles
+// (at most one wave) every block starts at once and the step waits for
+// the one with the most keys (a split keeps at least flashSplitKeys keys,
+// so splits cannot even them out), while twice as many mid blocks of half
+// the rows, longest first, do. Behind a longer context the tiles see
+// about as many keys, the two-m-tile form's splits fill the wave evenly,
+// and its two m-tiles a warp win. H100, attention ms over 36 layers
+// (docs/BENCHMARKS.md, tenth session), mid against two-m-tile tiles:
+//
+//	256 tokens at 0          1.29 / 1.41   one wave
+//	512 at 0                 1.27 / 2.56   one wave
+//	256 at 768 (+63 decodes) 6.69 / 6.90   one wave, context 3
+//	512 at 15,872           33.2 / 27.0    one wave, context 31
+//	1,024 at 0               2.78 / 3.32   two waves
+//	1,024 at 3,072          15.2 / 12.8    two waves, context 3
+//	1,024 at 15,360         64.0 / 49.8    two waves, context 15
+//
+// Longer steps fill the GPU either way, and there the two-m-tile form
+// wins (2 × 1,024 tokens: 4.46 against 5.71 ms).
+func FlashMidTiling(a AttnShape, res FlashResidency, midTiles int, context float64, sms int) bool {
+	wave := res.Mid * sms
+	switch blocks := midTiles * a.KVHeads; {
+	case midTiles <= 0 || wave <= 0:
+		return false
+	case blocks <= wave:
+		return context <= 3
+	case blocks <= 2*wave:
+		return context <= 0.5
+	}
+	return false
 }
 
 // FlashScratchBytes is the split scratch attn_mma needs for T token rows

@@ -18,10 +18,13 @@ import (
 // scripts/gpu-cold-bench.sh): per operation, summed over the layers, with
 // CUDA events, for the steps the serve benchmark runs — batch-1 decode,
 // 64-sequence decode at a 1,100-token context, a 256-token prefill chunk
-// at positions 768–1023 beside 63 decoding sequences, a 256-token and a
-// 512-token prefill (mid tiles; on flash4 two-m-tile ones), the uncached 12-token tails of 64 cached prompts, and the
-// steps of the fresh-prompt run (two whole 1,024-token
-// prompts at the default token budget, four at a budget of 4,096) — and
+// at positions 768–1023 beside 63 decoding sequences, a 256-, a 512- and
+// a 1,024-token prefill (on mid tiles, FlashMidTiling), chunks behind
+// longer contexts (1,024 tokens at 15,360, the last of a 16k prompt, and
+// at 3,072; 512 at 15,872), the uncached
+// 12-token tails of 64 cached prompts, and the steps of the fresh-prompt
+// run (two whole 1,024-token prompts at the default token budget, four at
+// a budget of 4,096) — and
 // the wall time of a 64-row decode step with logits to the host (Forward)
 // against token ids only (ForwardTokens); each step with attn_mma (GEMMs on cuBLASLt,
 // then on gemm_skinny where it fits, unfused and then with the norms and
@@ -81,6 +84,17 @@ func TestGPUStepProfile(t *testing.T) {
 		}
 		return bt
 	}
+	// long(length, pos) is one chunk at a long context: the block tables of
+	// the first sequences joined into one (perSeq·seqs blocks in all).
+	long := func(length, pos int) *sched.Batch {
+		var blocks []int32
+		for i := 0; len(blocks)*BS < pos+length; i++ {
+			blocks = append(blocks, tables[i]...)
+		}
+		bt := chunks(1, length, pos)
+		bt.Seqs[0].Blocks = blocks
+		return bt
+	}
 	rows := make([][]float32, seqs)
 	for i := range rows {
 		rows[i] = make([]float32, V)
@@ -96,9 +110,13 @@ func TestGPUStepProfile(t *testing.T) {
 		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
 		{"prefill 256 @0", &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: mixed().Seqs[seqs-1].Tokens, Pos: 0, Blocks: tables[0], WantLogits: true}}}},
 		{"prefill 512 @0", chunks(1, 512, 0)},
+		{"prefill 1024 @0", chunks(1, 1024, 0)},
 		{"prefill 64 x 12 @848 (cached prompts)", chunks(seqs, 12, 848)},
 		{"prefill 2 x 1024 @0", chunks(2, 1024, 0)},
 		{"prefill 4 x 1024 @0", chunks(4, 1024, 0)},
+		{"prefill 1024 @15360 (last chunk of a 16k prompt)", long(1024, 15360)},
+		{"prefill 1024 @3072", long(1024, 3072)},
+		{"prefill 512 @15872", long(512, 15872)},
 	}
 	const reps = 5
 	// Every case with each attention kernel and each GEMM path, side by
