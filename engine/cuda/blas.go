@@ -306,6 +306,17 @@ type GemmAlgo struct {
 	Waves float32
 }
 
+// Config is the algorithm's configuration words as cuBLASLt encodes them
+// (algorithm id, tile, stages, split-K, …): two GemmAlgos with equal
+// Configs run the same kernels.
+func (a GemmAlgo) Config() [8]uint64 {
+	var c [8]uint64
+	for i := range c {
+		c[i] = uint64(a.algo.data[i])
+	}
+	return c
+}
+
 // Algos lists up to n of cuBLASLt's algorithms for shape that fit the
 // handle's workspace, the heuristic's pick first (the one a new plan
 // takes), building the shape's plan if needed.

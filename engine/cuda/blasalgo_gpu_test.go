@@ -1,10 +1,13 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/treni-top/treni-top/engine/memstat"
 )
 
 // TestGPUGemmAlgos asks whether cuBLASLt's heuristic pick is its fastest
@@ -88,4 +91,136 @@ func TestGPUGemmAlgos(t *testing.T) {
 			g.ok(b.SetAlgo(shape, algos[0]))
 		}
 	}
+}
+
+// TestGPUGemmAlgoMemory asks what loading cuBLASLt's kernels costs in host
+// memory: it runs the heuristic's pick for each 4B layer GEMM at the row
+// counts the background warm-up runs (16 … 256, then 2,048), one shape at
+// a time in a fresh process, and logs the process's anonymous and
+// file-backed RSS growth each first run caused, with the algorithm's
+// configuration and how many of the shape's other candidates run a
+// configuration already loaded. PERF lines for the report; only with
+// TRENI_CUDA_BIG set, and meaningful only as the process's first cuBLASLt
+// use (run it alone: -test.run 'TestGPUGemmAlgoMemory$').
+func TestGPUGemmAlgoMemory(t *testing.T) {
+	if os.Getenv("TRENI_CUDA_BIG") == "" {
+		t.Skip("set TRENI_CUDA_BIG to measure the host memory of cuBLASLt's kernels")
+	}
+	g := newGPU(t)
+	r0, err := memstat.Self()
+	if err != nil {
+		t.Skipf("no resident memory reading: %v", err)
+	}
+	b, err := g.c.NewBLAS()
+	if err != nil {
+		t.Skipf("no cuBLASLt: %v", err)
+	}
+	defer b.Close()
+	r1, _ := memstat.Self()
+	t.Logf("PERF algomem cuBLASLt handle and workspace: anonymous %+.1f MB, file %+.1f MB", memstat.MB(r1.Anon-r0.Anon), memstat.MB(r1.File-r0.File))
+	shapes := []struct {
+		name string
+		N, K int
+		out  DType
+		acc  bool
+	}{{"qkv", 6144, 2560, BF16, false}, {"o", 2560, 4096, F32, true}, {"gate_up", 19456, 2560, BF16, false}, {"down", 2560, 9728, F32, true}}
+	const maxM = 2048
+	x, y, w := g.alloc(maxM*9728*2), g.alloc(maxM*19456*4), g.alloc(19456*2560*2)
+	loaded := map[[8]uint64]bool{}
+	var total memstat.Resident
+	for _, M := range []int{64, 32, 16, 128, 256, 2048} {
+		for _, s := range shapes {
+			shape := GemmShape{M: M, N: s.N, K: s.K, In: BF16, Out: s.out}
+			algos, err := b.Algos(shape, 8)
+			g.ok(err)
+			before, _ := memstat.Self()
+			g.ok(b.Gemm(g.s, shape, y, x, w, s.acc))
+			g.ok(g.s.Synchronize())
+			after, _ := memstat.Self()
+			reuse := 0
+			for _, a := range algos[1:] {
+				if loaded[a.Config()] {
+					reuse++
+				}
+			}
+			c := algos[0].Config()
+			seen := loaded[c]
+			loaded[c] = true
+			total.Anon += after.Anon - before.Anon
+			total.File += after.File - before.File
+			t.Logf("PERF algomem M=%-4d %-8s anonymous %+6.1f MB, file %+5.1f MB; config %x (already loaded: %v); other candidates already loaded: %d of %d",
+				M, s.name, memstat.MB(after.Anon-before.Anon), memstat.MB(after.File-before.File), c[:2], seen, reuse, len(algos)-1)
+		}
+	}
+	t.Logf("PERF algomem all first runs: anonymous %+.1f MB, file %+.1f MB, %d configurations", memstat.MB(total.Anon), memstat.MB(total.File), len(loaded))
+}
+
+// TestGPUBLASThreadMemory asks where the background warm-up's host memory
+// goes (the server's cublaslt_aside stage ended ~126 MB of anonymous RSS
+// above the stage before it): it logs the anonymous and file-backed RSS
+// growth of cuBLASLt's load, of every serving GEMM shape's first run on
+// the loading thread, of the same shapes again, of a second handle
+// running them on a thread of its own (what asideWarm does), and of the
+// first handle on yet another thread. PERF lines; only with
+// TRENI_CUDA_BIG set; run it alone in its process.
+func TestGPUBLASThreadMemory(t *testing.T) {
+	if os.Getenv("TRENI_CUDA_BIG") == "" {
+		t.Skip("set TRENI_CUDA_BIG to measure cuBLASLt's host memory by thread")
+	}
+	g := newGPU(t)
+	x, y, w := g.alloc(256*9728*2), g.alloc(256*19456*4), g.alloc(19456*2560*2)
+	var shapes []GemmShape
+	for _, M := range []int{64, 32, 16, 128, 256} {
+		shapes = append(shapes, GemmShape{M, 6144, 2560, BF16, BF16}, GemmShape{M, 2560, 4096, BF16, F32},
+			GemmShape{M, 19456, 2560, BF16, BF16}, GemmShape{M, 2560, 9728, BF16, F32})
+	}
+	run := func(bl *BLAS, s *Stream) error {
+		for _, sh := range shapes {
+			if err := bl.Gemm(s, sh, y, x, w, false); err != nil {
+				return err
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	step := func(what string, f func() error) {
+		before, err := memstat.Self()
+		if err != nil {
+			t.Skipf("no resident memory reading: %v", err)
+		}
+		g.ok(f())
+		after, _ := memstat.Self()
+		t.Logf("PERF blasmem %-58s anonymous %+6.1f MB, file %+6.1f MB (now %s)", what, memstat.MB(after.Anon-before.Anon), memstat.MB(after.File-before.File), after)
+	}
+	onThread := func(f func(s *Stream) error) error {
+		return <-contextThread(g.c, "test thread", func() error {
+			s, err := g.c.NewStream()
+			if err != nil {
+				return err
+			}
+			defer s.Destroy()
+			return f(s)
+		})
+	}
+	var b1 *BLAS
+	step("dlopen, handle and workspace", func() (err error) { b1, err = g.c.NewBLAS(); return err })
+	defer b1.Close()
+	step(fmt.Sprintf("first run of %d shapes, loading thread", len(shapes)), func() error { return run(b1, g.s) })
+	step("the same again, loading thread", func() error { return run(b1, g.s) })
+	step("a second handle on a thread of its own (as asideWarm)", func() error {
+		return onThread(func(s *Stream) error {
+			lib, err := openBLASPath(b1.Path)
+			if err != nil {
+				return err
+			}
+			b2, err := g.c.newBLASFrom(lib)
+			if err != nil {
+				return err
+			}
+			return errors.Join(run(b2, s), s.Synchronize(), b2.Close())
+		})
+	})
+	step("the first handle on a third thread", func() error { return onThread(func(s *Stream) error { return run(b1, s) }) })
 }
