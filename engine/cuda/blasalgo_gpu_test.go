@@ -156,12 +156,18 @@ func TestGPUGemmAlgoMemory(t *testing.T) {
 }
 
 // TestGPUBLASThreadMemory asks where the background warm-up's host memory
-// goes (the server's cublaslt_aside stage ended ~126 MB of anonymous RSS
+// goes (the server's cublaslt_aside stage ends ~126 MB of anonymous RSS
 // above the stage before it): it logs the anonymous and file-backed RSS
-// growth of cuBLASLt's load, of every serving GEMM shape's first run on
-// the loading thread, of the same shapes again, of a second handle
-// running them on a thread of its own (what asideWarm does), and of the
-// first handle on yet another thread. PERF lines; only with
+// growth of cuBLASLt's load, of the first cuBLASLt call after it (the
+// heuristic's query for one serving GEMM shape), of the queries for the
+// others, of every shape's first run on the loading thread, of the same
+// shapes again, of a second handle running them on a thread of its own
+// (what asideWarm does), and of the first handle on yet another thread.
+// On the H100 (docs/BENCHMARKS.md, tenth session) the first call took
+// ~94 MB, each further query ~2.3 MB, the kernels ~19 MB, a second handle
+// or thread nothing; a server that planned from remembered algorithms,
+// asking no heuristic, still grew by as much in its aside warm-up (the
+// first matmul pays the one-time part). PERF lines; only with
 // TRENI_CUDA_BIG set; run it alone in its process.
 func TestGPUBLASThreadMemory(t *testing.T) {
 	if os.Getenv("TRENI_CUDA_BIG") == "" {
@@ -207,6 +213,15 @@ func TestGPUBLASThreadMemory(t *testing.T) {
 	var b1 *BLAS
 	step("dlopen, handle and workspace", func() (err error) { b1, err = g.c.NewBLAS(); return err })
 	defer b1.Close()
+	step("the heuristic's query for one shape (its plan)", func() error { _, err := b1.Algos(shapes[0], 1); return err })
+	step(fmt.Sprintf("the queries for the other %d shapes", len(shapes)-1), func() error {
+		for _, sh := range shapes[1:] {
+			if _, err := b1.Algos(sh, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	step(fmt.Sprintf("first run of %d shapes, loading thread", len(shapes)), func() error { return run(b1, g.s) })
 	step("the same again, loading thread", func() error { return run(b1, g.s) })
 	step("a second handle on a thread of its own (as asideWarm)", func() error {
