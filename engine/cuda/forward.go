@@ -352,7 +352,7 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
 	tile, warp, mid := b.tileTokens(), b.warpTileTokens(), b.midTileTokens()
 	if mid > 0 {
-		if n, context := midTiles(bt, warp, mid); FlashMidTiling(b.attnShape(), b.flashRes, n, context, b.info.SMs) {
+		if n, prefix := midTiles(bt, warp, mid); FlashMidTiling(b.attnShape(), b.flashRes, n, prefix, b.info.SMs) {
 			tile = mid
 		}
 	}
@@ -365,7 +365,7 @@ func (b *Backend) layoutMeta(bt *sched.Batch, Tm, tableRows, btStride int) {
 // most earlier keys a chunk longer than midTokens follows, as a multiple
 // of its length (FlashMidTiling; a chunk of one mid tile is one either
 // way).
-func midTiles(bt *sched.Batch, warpTokens, midTokens int) (n int, context float64) {
+func midTiles(bt *sched.Batch, warpTokens, midTokens int) (n int, prefix float64) {
 	for i := range bt.Seqs {
 		s := &bt.Seqs[i]
 		l := len(s.Tokens)
@@ -374,10 +374,10 @@ func midTiles(bt *sched.Batch, warpTokens, midTokens int) (n int, context float6
 		}
 		n += (l + midTokens - 1) / midTokens
 		if l > midTokens {
-			context = max(context, float64(s.Pos)/float64(l))
+			prefix = max(prefix, float64(s.Pos)/float64(l))
 		}
 	}
-	return n, context
+	return n, prefix
 }
 
 // tileTokens is the attention tile of this model (FlashTileTokens), 1 when

@@ -161,9 +161,9 @@ func (s *Starter) release() {
 }
 
 // stage reports stage st from start to now, with the process's resident
-// memory at its end (rss_mb, rss_anon_mb, rss_file_mb: docs/ARCHITECTURE.md, Stages), so
-// that the stages say which part of the load and warm-up made the RSS
-// after load.
+// memory at its end (rss_mb, rss_anon_mb, rss_file_mb; docs/ARCHITECTURE.md,
+// "Stages"), so that the stages say which part of the load and warm-up
+// made the RSS after load.
 func (b *Backend) stage(st trace.Stage, start time.Time, attrs trace.Attrs) {
 	end := time.Now()
 	if r, err := memstat.Self(); err == nil {

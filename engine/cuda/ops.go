@@ -429,9 +429,9 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 // FlashMidTiling says whether a step cuts its chunks into mid tiles
 // (FlashMidTokens) rather than two-m-tile ones (FlashTileTokens), given
 // midTiles, the tiles of more than FlashWarpTokens tokens the mid cut
-// makes, and context, the most earlier keys a chunk longer than one mid
+// makes, and prefix, the most earlier keys a chunk longer than one mid
 // tile follows, as a multiple of its own length: when the tiles fit one
-// wave of mid blocks over the KV heads and context is at most 3, or two
+// wave of mid blocks over the KV heads and prefix is at most 3, or two
 // waves and at most ½. Such a step holds a prompt or chunk of up to
 // ~1,000 tokens (G = 4, an H100) whose keys are mostly its own, so its
 // tiles' key counts range from a few to all of them: on two-m-tile tiles
@@ -444,24 +444,24 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 // (docs/BENCHMARKS.md, tenth session), mid against two-m-tile tiles:
 //
 //	256 tokens at 0          1.29 / 1.41   one wave
-//	512 at 0                 1.27 / 2.56   one wave
-//	256 at 768 (+63 decodes) 6.69 / 6.90   one wave, context 3
-//	512 at 15,872           33.2 / 27.0    one wave, context 31
-//	1,024 at 0               2.78 / 3.32   two waves
-//	1,024 at 3,072          15.2 / 12.8    two waves, context 3
-//	1,024 at 15,360         64.0 / 49.8    two waves, context 15
+//	512 at 0                 1.28 / 2.56   one wave
+//	256 at 768 (+63 decodes) 6.69 / 6.90   one wave, prefix 3
+//	512 at 15,872           33.2 / 26.8    one wave, prefix 31
+//	1,024 at 0               2.76 / 3.40   two waves
+//	1,024 at 3,072          15.2 / 12.8    two waves, prefix 3
+//	1,024 at 15,360         64.0 / 49.7    two waves, prefix 15
 //
 // Longer steps fill the GPU either way, and there the two-m-tile form
 // wins (2 × 1,024 tokens: 4.46 against 5.71 ms).
-func FlashMidTiling(a AttnShape, res FlashResidency, midTiles int, context float64, sms int) bool {
+func FlashMidTiling(a AttnShape, res FlashResidency, midTiles int, prefix float64, sms int) bool {
 	wave := res.Mid * sms
 	switch blocks := midTiles * a.KVHeads; {
 	case midTiles <= 0 || wave <= 0:
 		return false
 	case blocks <= wave:
-		return context <= 3
+		return prefix <= 3
 	case blocks <= 2*wave:
-		return context <= 0.5
+		return prefix <= 0.5
 	}
 	return false
 }
