@@ -171,6 +171,9 @@ def main():
     print("| H2D pinned / registered / pageable | %.1f / %.1f / %.1f GB/s |" % (
         fl.get("pinned_h2d_gb_per_s", 0), fl.get("registered_h2d_gb_per_s", 0), fl.get("pageable_h2d_gb_per_s", 0)))
     print("| device copy (read + write) | %.0f GB/s |" % d2d)
+    for r in fl.get("page_cache_read") or []:
+        print("| page cache → memory, %d threads: alone / beside a pinned H2D copy (its rate then) | %.1f / %.1f GB/s (%.1f) |" % (
+            r["threads"], r["gb_per_s"], r["beside_h2d_gb_per_s"], r["h2d_beside_reads_gb_per_s"]))
     print("| disk read, page cache cold (1 stream / 8 streams) | %.2f / %.2f GB/s |" % (
         disk.get("sequential_gb_per_s") or 0, disk.get("parallel_gb_per_s") or 0))
     print()

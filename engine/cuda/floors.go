@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 	"unsafe"
@@ -23,11 +24,17 @@ type Floors struct {
 	HostAllocMS     float64 `json:"host_alloc_ms"`    // cuMemHostAlloc of Bytes
 	D2DGBps         float64 `json:"d2d_gb_per_s"`     // bytes read + written
 	Bytes           int     `json:"bytes"`
+	// PageCacheRead is the host's half of the staged upload's floor
+	// (hostfloor.go): reader threads copying a resident file out of the
+	// page cache, for 1, half and all of the upload's reader count.
+	PageCacheRead []PageCacheRead `json:"page_cache_read,omitempty"`
 }
 
 // MeasureFloors times cuInit, primary-context retain, and copies of n bytes
 // (pageable, pinned, registered host → device; device → device) on device
-// 0. It must be the first CUDA work of the process for cuInit to be
+// 0, then how fast the staged upload's reader threads can copy a resident
+// file of up to 1 GiB (written to os.TempDir) out of the page cache, alone
+// and beside pinned copies (PageCacheRead). It must be the first CUDA work of the process for cuInit to be
 // meaningful, and runs everything on its own locked thread.
 func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 	f := Floors{Bytes: n}
@@ -123,7 +130,34 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 			return s.Synchronize()
 		})
 		f.D2DGBps = 2 * d2d // each byte is read and written
-		return err
+		if err != nil {
+			return err
+		}
+		pc, err := newPageCacheFile(os.TempDir(), min(n, 1<<30))
+		if err != nil {
+			return err
+		}
+		defer pc.Close()
+		// Copies of the upload's slot size, as the staged upload makes.
+		piece := min(n, stagingSlotBytes)
+		copyPinned := func() error {
+			if err := s.CopyHtoDAsync(dev, pinned.Ptr, piece); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		}
+		readers := stagingReaders(false)
+		for _, t := range []int{1, readers / 2, readers} {
+			if t < 1 || (len(f.PageCacheRead) > 0 && f.PageCacheRead[len(f.PageCacheRead)-1].Threads >= t) {
+				continue
+			}
+			r, err := pc.readFloor(t, piece, 700*time.Millisecond, copyPinned)
+			if err != nil {
+				return err
+			}
+			f.PageCacheRead = append(f.PageCacheRead, r)
+		}
+		return nil
 	})
 	return f, err
 }
@@ -161,5 +195,9 @@ func (f Floors) Text() string {
 	fmt.Fprintf(&b, "cuMemHostRegister           %8.1f ms\n", f.HostRegisterMS)
 	fmt.Fprintf(&b, "cuMemHostAlloc              %8.1f ms\n", f.HostAllocMS)
 	fmt.Fprintf(&b, "D2D (read + write)          %8.0f GB/s\n", f.D2DGBps)
+	for _, r := range f.PageCacheRead {
+		fmt.Fprintf(&b, "page cache → memory, %2d threads %6.1f GB/s alone, %.1f beside a pinned H2D copy (which then ran at %.1f)\n",
+			r.Threads, r.GBps, r.BesideH2DGBps, r.H2DBesideGBps)
+	}
 	return b.String()
 }
