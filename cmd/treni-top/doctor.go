@@ -66,7 +66,7 @@ put TMPDIR on the weights' file system).`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.Flags().BoolVar(&floors, "floors", false, "also measure cuInit, context, H2D and device-copy floors on GPU 0")
+	cmd.Flags().BoolVar(&floors, "floors", false, "also measure cuInit, context, H2D, device-copy and page-cache read floors on GPU 0 and this host")
 	cmd.Flags().IntVar(&floorBytes, "floor-bytes", 1<<30, "bytes per copy when measuring floors")
 	return cmd
 }
