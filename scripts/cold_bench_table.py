@@ -174,6 +174,10 @@ def main():
     for r in fl.get("page_cache_read") or []:
         print("| page cache → memory, %d threads: alone / beside a pinned H2D copy (its rate then) | %.1f / %.1f GB/s (%.1f) |" % (
             r["threads"], r["gb_per_s"], r["beside_h2d_gb_per_s"], r["h2d_beside_reads_gb_per_s"]))
+    rf = fl.get("registered_file")
+    if rf:
+        print("| the file registered in place (%.1f ms a GiB): H2D alone / beside %d readers (their rate then) | %.1f / %.1f GB/s (%.1f) |" % (
+            rf["register_ms"] * (1 << 30) / rf["bytes"], rf["threads"], rf["gb_per_s"], rf["beside_reads_gb_per_s"], rf["reads_beside_gb_per_s"]))
     print("| disk read, page cache cold (1 stream / 8 streams) | %.2f / %.2f GB/s |" % (
         disk.get("sequential_gb_per_s") or 0, disk.get("parallel_gb_per_s") or 0))
     print()

@@ -28,6 +28,10 @@ type Floors struct {
 	// (hostfloor.go): reader threads copying a resident file out of the
 	// page cache, for 1, half and all of the upload's reader count.
 	PageCacheRead []PageCacheRead `json:"page_cache_read,omitempty"`
+	// RegisteredFile is the copy engine reading the same file's page-cache
+	// pages in place (the mapped upload's way), alone and beside the
+	// upload's readers.
+	RegisteredFile *RegisteredFileCopy `json:"registered_file,omitempty"`
 }
 
 // MeasureFloors times cuInit, primary-context retain, and copies of n bytes
@@ -157,6 +161,17 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 			}
 			f.PageCacheRead = append(f.PageCacheRead, r)
 		}
+		register := func(p unsafe.Pointer, n int) error { return c.HostRegister(p, n, true) }
+		rf, err := pc.registeredCopyFloor(register, c.HostUnregister, readers, 700*time.Millisecond, func(src unsafe.Pointer, n int) error {
+			if err := s.CopyHtoDAsync(dev, src, n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		})
+		if err != nil {
+			return err
+		}
+		f.RegisteredFile = &rf
 		return nil
 	})
 	return f, err
@@ -198,6 +213,10 @@ func (f Floors) Text() string {
 	for _, r := range f.PageCacheRead {
 		fmt.Fprintf(&b, "page cache → memory, %2d threads %6.1f GB/s alone, %.1f beside a pinned H2D copy (which then ran at %.1f)\n",
 			r.Threads, r.GBps, r.BesideH2DGBps, r.H2DBesideGBps)
+	}
+	if r := f.RegisteredFile; r != nil {
+		fmt.Fprintf(&b, "the file registered in place: %.1f ms for %.2f GiB; H2D from it %.1f GB/s alone, %.1f beside %d readers (which then read %.1f)\n",
+			r.RegisterMS, float64(r.Bytes)/(1<<30), r.GBps, r.BesideReadGBps, r.Threads, r.ReadsBesideGBps)
 	}
 	return b.String()
 }

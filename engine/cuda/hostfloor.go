@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,12 @@ import (
 // threads can do the first two, alone and beside a pinned host→device
 // copy, bounds the upload as much as the PCIe link does; MeasureFloors
 // reports both (PageCacheRead) so that the upload's rate can be read
-// against what this host can feed it.
+// against what this host can feed it. It also times the other way in: the
+// file's mapping page-locked in place (the mapped upload) and copied by
+// the copy engine straight from the page cache, one pass over host
+// memory instead of three, alone and beside the readers
+// (RegisteredFileCopy): the floor of an upload that sends part of the
+// file each way.
 
 // PageCacheRead is how fast Threads threads pread a file resident in the
 // page cache into memory of their own, in stagingSlotBytes pieces (the
@@ -132,6 +138,23 @@ func (p *pageCacheFile) read(threads int, dur time.Duration, beside func(stop <-
 	return total.Load(), end.Sub(t0), errors.Join(firstErr, besideErr)
 }
 
+// untilStopped is a read's beside function that runs f until the readers
+// stop, and at least once however late its goroutine runs.
+func untilStopped(f func() error) func(stop <-chan struct{}) error {
+	return func(stop <-chan struct{}) error {
+		for {
+			if err := f(); err != nil {
+				return err
+			}
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+		}
+	}
+}
+
 // readFloor measures PageCacheRead for threads over the file, the H2D
 // half with copy (one pinned host→device copy of n bytes, synchronised;
 // small, so that the one running when the readers stop ends soon after).
@@ -143,23 +166,77 @@ func (p *pageCacheFile) readFloor(threads, n int, dur time.Duration, copy func()
 	}
 	r.GBps = float64(got) / took.Seconds() / 1e9
 	var copied int64
-	got, took, err = p.read(threads, dur, func(stop <-chan struct{}) error {
-		for { // at least one copy, however late this goroutine runs
-			if err := copy(); err != nil {
-				return err
-			}
-			copied += int64(n)
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
-		}
-	})
+	got, took, err = p.read(threads, dur, untilStopped(func() error {
+		copied += int64(n)
+		return copy()
+	}))
 	if err != nil {
 		return r, err
 	}
 	r.BesideH2DGBps = float64(got) / took.Seconds() / 1e9
 	r.H2DBesideGBps = float64(copied) / took.Seconds() / 1e9
+	return r, nil
+}
+
+// RegisteredFileCopy is the copy engine reading a file's page-cache pages
+// in place: the resident file mapped read-only and cuMemHostRegister'd
+// (RegisterMS for its bytes), then host→device copies of 16 MiB pieces
+// from the mapping, alone and beside Threads page-cache readers, with the
+// readers' rate meanwhile.
+type RegisteredFileCopy struct {
+	Bytes           int     `json:"bytes"`
+	RegisterMS      float64 `json:"register_ms"`
+	GBps            float64 `json:"gb_per_s"`
+	Threads         int     `json:"threads"`
+	BesideReadGBps  float64 `json:"beside_reads_gb_per_s"`
+	ReadsBesideGBps float64 `json:"reads_beside_gb_per_s"`
+}
+
+// registeredCopyFloor measures RegisteredFileCopy over the file with
+// threads readers: register page-locks the mapping (read-only) and
+// unregister undoes it; copyFrom copies n bytes at host address src to the
+// device and waits for it.
+func (p *pageCacheFile) registeredCopyFloor(register func(src unsafe.Pointer, n int) error, unregister func(src unsafe.Pointer) error,
+	threads int, dur time.Duration, copyFrom func(src unsafe.Pointer, n int) error) (RegisteredFileCopy, error) {
+	r := RegisteredFileCopy{Bytes: p.size, Threads: threads}
+	m, err := unix.Mmap(int(p.f.Fd()), 0, p.size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return r, fmt.Errorf("registered page-cache floor: map the file: %w", err)
+	}
+	defer unix.Munmap(m)
+	t0 := time.Now()
+	if err := register(unsafe.Pointer(&m[0]), len(m)); err != nil {
+		return r, fmt.Errorf("registered page-cache floor: %w", err)
+	}
+	r.RegisterMS = msSince(t0)
+	defer unregister(unsafe.Pointer(&m[0]))
+	piece := min(stagingSlotBytes, p.size)
+	pieces := (p.size + piece - 1) / piece
+	var copied int64
+	k := 0
+	copyNext := func() error {
+		off := (k % pieces) * piece
+		k++
+		n := min(piece, p.size-off)
+		copied += int64(n)
+		return copyFrom(unsafe.Pointer(&m[off]), n)
+	}
+	t0 = time.Now()
+	for { // at least one copy
+		if err := copyNext(); err != nil {
+			return r, err
+		}
+		if time.Since(t0) >= dur {
+			break
+		}
+	}
+	r.GBps = float64(copied) / time.Since(t0).Seconds() / 1e9
+	copied = 0
+	got, took, err := p.read(threads, dur, untilStopped(copyNext))
+	if err != nil {
+		return r, err
+	}
+	r.BesideReadGBps = float64(copied) / took.Seconds() / 1e9
+	r.ReadsBesideGBps = float64(got) / took.Seconds() / 1e9
 	return r, nil
 }

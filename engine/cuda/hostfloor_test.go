@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // The page-cache read floor reads the file it wrote (every piece, from
@@ -39,5 +41,51 @@ func TestPageCacheReadFloor(t *testing.T) {
 	}
 	if _, _, err := p.read(0, time.Millisecond, nil); err == nil {
 		t.Error("zero threads: no error")
+	}
+}
+
+// The registered-file floor maps the file, registers and unregisters the
+// whole mapping once, and copies from it the file's own bytes, piece by
+// piece, alone and beside the readers.
+func TestRegisteredCopyFloor(t *testing.T) {
+	const size = 3*stagingSlotBytes/2 + 4096
+	p, err := newPageCacheFile(t.TempDir(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	want := make([]byte, size)
+	if _, err := p.f.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	var registered, unregistered, copies int
+	var base uintptr
+	register := func(src unsafe.Pointer, n int) error {
+		registered++
+		base = uintptr(src)
+		if n != size {
+			t.Errorf("registered %d bytes, want the file's %d", n, size)
+		}
+		return nil
+	}
+	unregister := func(src unsafe.Pointer) error { unregistered++; return nil }
+	copyFrom := func(src unsafe.Pointer, n int) error {
+		off := int(uintptr(src) - base)
+		if off < 0 || off+n > size || !bytes.Equal(unsafe.Slice((*byte)(src), n), want[off:off+n]) {
+			t.Errorf("a copy of %d bytes at offset %d is not the file's", n, off)
+		}
+		copies++
+		return nil
+	}
+	r, err := p.registeredCopyFloor(register, unregister, 2, 20*time.Millisecond, copyFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if registered != 1 || unregistered != 1 || copies < 2 || r.GBps <= 0 || r.BesideReadGBps <= 0 || r.ReadsBesideGBps <= 0 || r.Threads != 2 || r.Bytes != size {
+		t.Errorf("floor %+v: %d registrations, %d unregistrations, %d copies", r, registered, unregistered, copies)
+	}
+	boom := errors.New("registration refused")
+	if _, err := p.registeredCopyFloor(func(unsafe.Pointer, int) error { return boom }, unregister, 2, time.Millisecond, copyFrom); !errors.Is(err, boom) {
+		t.Errorf("a refused registration: %v, want %v", err, boom)
 	}
 }
