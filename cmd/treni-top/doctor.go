@@ -23,10 +23,11 @@ TRENI_CUDA_LIB_DIR (folders holding libcublasLt.so.*).
 
 --floors also measures the machine's physical floors on GPU 0: cuInit,
 primary context retain, pageable/registered/pinned host→device bandwidth,
-cuMemHostRegister and cuMemHostAlloc cost, device copy bandwidth, and how
-fast the staged upload's reader threads copy a file out of the page cache,
-alone and beside a pinned copy (it writes a file of up to 1 GiB to TMPDIR;
-put TMPDIR on the weights' file system).`,
+cuMemHostRegister and cuMemHostAlloc cost, device copy bandwidth, how fast
+the staged upload's reader threads copy a file out of the page cache (alone
+and beside a pinned copy), and how fast the copy engine reads that file's
+pages registered in place (it writes a file of up to 1 GiB to TMPDIR; put
+TMPDIR on the weights' file system).`,
 		Example: `  treni-top doctor
   treni-top doctor --json
   treni-top doctor --floors --floor-bytes 1073741824`,
