@@ -83,6 +83,8 @@ func Parse(status []byte) (Resident, error) {
 // RSS), to 0.1.
 func MB(n int64) float64 { return float64(n/100_000) / 10 }
 
+// String renders r for a log line: the total, then its anonymous, file
+// and shared parts, in MB.
 func (r Resident) String() string {
 	return fmt.Sprintf("VmRSS %.1f MB (anonymous %.1f, file %.1f, shared %.1f)", MB(r.Total), MB(r.Anon), MB(r.File), MB(r.Shmem))
 }
