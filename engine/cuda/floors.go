@@ -183,6 +183,9 @@ func msSince(t time.Time) float64 { return durMS(time.Since(t)) }
 // durMS is d in milliseconds, the unit of every duration attribute.
 func durMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// gbPerS is n bytes over d in GB/s (10⁹ bytes a second).
+func gbPerS(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e9 }
+
 // bestOf runs copy k times and returns the best throughput in GB/s.
 func bestOf(k, n int, copy func() error) (float64, error) {
 	best := 0.0
@@ -191,7 +194,7 @@ func bestOf(k, n int, copy func() error) (float64, error) {
 		if err := copy(); err != nil {
 			return 0, err
 		}
-		if g := float64(n) / time.Since(t0).Seconds() / 1e9; g > best {
+		if g := gbPerS(int64(n), time.Since(t0)); g > best {
 			best = g
 		}
 	}

@@ -80,26 +80,13 @@ func (p *pageCacheFile) read(threads int, dur time.Duration, beside func(stop <-
 	}
 	piece := min(stagingSlotBytes, p.size)
 	pieces := (p.size + piece - 1) / piece
-	// Every reader's buffer is mapped and touched before the clock starts.
-	bufs := make([][]byte, threads)
-	defer func() {
-		for _, b := range bufs {
-			if b != nil {
-				unix.Munmap(b)
-			}
-		}
-	}()
-	for i := range bufs {
-		b, err := unix.Mmap(-1, 0, piece, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			return 0, 0, fmt.Errorf("page-cache read floor: map %d bytes: %w", piece, err)
-		}
-		_ = unix.Madvise(b, unix.MADV_HUGEPAGE) // as the ring does
-		for j := 0; j < len(b); j += 4096 {
-			b[j] = 0
-		}
-		bufs[i] = b
+	// Every reader's buffer, a slot of a staging ring like the upload's,
+	// is mapped and faulted in before the clock starts.
+	ring, err := newStagingRing(threads, piece)
+	if err != nil {
+		return 0, 0, fmt.Errorf("page-cache read floor: %w", err)
 	}
+	defer ring.unmap()
 	var next, total atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
@@ -107,7 +94,8 @@ func (p *pageCacheFile) read(threads int, dur time.Duration, beside func(stop <-
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	deadline := t0.Add(dur)
-	for _, buf := range bufs {
+	for i := range ring.slots() {
+		buf := ring.slot(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -164,7 +152,7 @@ func (p *pageCacheFile) readFloor(threads, n int, dur time.Duration, copy func()
 	if err != nil {
 		return r, err
 	}
-	r.GBps = float64(got) / took.Seconds() / 1e9
+	r.GBps = gbPerS(got, took)
 	var copied int64
 	got, took, err = p.read(threads, dur, untilStopped(func() error {
 		copied += int64(n)
@@ -173,8 +161,8 @@ func (p *pageCacheFile) readFloor(threads, n int, dur time.Duration, copy func()
 	if err != nil {
 		return r, err
 	}
-	r.BesideH2DGBps = float64(got) / took.Seconds() / 1e9
-	r.H2DBesideGBps = float64(copied) / took.Seconds() / 1e9
+	r.BesideH2DGBps = gbPerS(got, took)
+	r.H2DBesideGBps = gbPerS(copied, took)
 	return r, nil
 }
 
@@ -230,13 +218,13 @@ func (p *pageCacheFile) registeredCopyFloor(register func(src unsafe.Pointer, n 
 			break
 		}
 	}
-	r.GBps = float64(copied) / time.Since(t0).Seconds() / 1e9
+	r.GBps = gbPerS(copied, time.Since(t0))
 	copied = 0
 	got, took, err := p.read(threads, dur, untilStopped(copyNext))
 	if err != nil {
 		return r, err
 	}
-	r.BesideReadGBps = float64(copied) / took.Seconds() / 1e9
-	r.ReadsBesideGBps = float64(got) / took.Seconds() / 1e9
+	r.BesideReadGBps = gbPerS(copied, took)
+	r.ReadsBesideGBps = gbPerS(got, took)
 	return r, nil
 }

@@ -230,7 +230,7 @@ type stagedStats struct {
 func (st stagedStats) attrs() map[string]any {
 	perReader := 0.0
 	if st.readBusy > 0 {
-		perReader = float64(st.readBytes) / st.readBusy.Seconds() / 1e9
+		perReader = gbPerS(st.readBytes, st.readBusy)
 	}
 	return map[string]any{"read_busy_ms": durMS(st.readBusy), "read_gb_per_s_per_reader": perReader,
 		trace.AttrReadWaitMS: durMS(st.readWait), trace.AttrCopyWaitMS: durMS(st.fenceWait), "slot_register_ms": durMS(st.prepare)}
