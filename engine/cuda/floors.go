@@ -38,8 +38,10 @@ type Floors struct {
 // (pageable, pinned, registered host → device; device → device) on device
 // 0, then how fast the staged upload's reader threads can copy a resident
 // file of up to 1 GiB (written to os.TempDir) out of the page cache, alone
-// and beside pinned copies (PageCacheRead). It must be the first CUDA work of the process for cuInit to be
-// meaningful, and runs everything on its own locked thread.
+// and beside pinned copies (PageCacheRead), and how fast the copy engine
+// reads that file registered in place (RegisteredFile). It must be the
+// first CUDA work of the process for cuInit to be meaningful, and runs
+// everything on its own locked thread.
 func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 	f := Floors{Bytes: n}
 	r := NewRunner()
@@ -81,6 +83,13 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 			return err
 		}
 		defer s.Destroy()
+		// h2d copies n bytes at src to dev on s and waits for them.
+		h2d := func(src unsafe.Pointer, n int) error {
+			if err := s.CopyHtoDAsync(dev, src, n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		}
 
 		// Pageable: anonymous memory that is not registered, like a plain
 		// read buffer or a non-registered mmap.
@@ -101,12 +110,7 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 			return err
 		}
 		f.HostRegisterMS = msSince(t0)
-		f.RegisteredGBps, err = bestOf(3, n, func() error {
-			if err := s.CopyHtoDAsync(dev, unsafe.Pointer(&pageable[0]), n); err != nil {
-				return err
-			}
-			return s.Synchronize()
-		})
+		f.RegisteredGBps, err = bestOf(3, n, func() error { return h2d(unsafe.Pointer(&pageable[0]), n) })
 		c.HostUnregister(unsafe.Pointer(&pageable[0]))
 		if err != nil {
 			return err
@@ -119,12 +123,7 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 		}
 		f.HostAllocMS = msSince(t0)
 		defer c.FreeHost(pinned)
-		if f.PinnedH2DGBps, err = bestOf(3, n, func() error {
-			if err := s.CopyHtoDAsync(dev, pinned.Ptr, n); err != nil {
-				return err
-			}
-			return s.Synchronize()
-		}); err != nil {
+		if f.PinnedH2DGBps, err = bestOf(3, n, func() error { return h2d(pinned.Ptr, n) }); err != nil {
 			return err
 		}
 		d2d, err := bestOf(5, n, func() error {
@@ -144,12 +143,7 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 		defer pc.Close()
 		// Copies of the upload's slot size, as the staged upload makes.
 		piece := min(n, stagingSlotBytes)
-		copyPinned := func() error {
-			if err := s.CopyHtoDAsync(dev, pinned.Ptr, piece); err != nil {
-				return err
-			}
-			return s.Synchronize()
-		}
+		copyPinned := func() error { return h2d(pinned.Ptr, piece) }
 		readers := stagingReaders(false)
 		for _, t := range []int{1, readers / 2, readers} {
 			if t < 1 || (len(f.PageCacheRead) > 0 && f.PageCacheRead[len(f.PageCacheRead)-1].Threads >= t) {
@@ -162,12 +156,7 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 			f.PageCacheRead = append(f.PageCacheRead, r)
 		}
 		register := func(p unsafe.Pointer, n int) error { return c.HostRegister(p, n, true) }
-		rf, err := pc.registeredCopyFloor(register, c.HostUnregister, readers, 700*time.Millisecond, func(src unsafe.Pointer, n int) error {
-			if err := s.CopyHtoDAsync(dev, src, n); err != nil {
-				return err
-			}
-			return s.Synchronize()
-		})
+		rf, err := pc.registeredCopyFloor(register, c.HostUnregister, readers, 700*time.Millisecond, h2d)
 		if err != nil {
 			return err
 		}
