@@ -302,19 +302,6 @@ func (b *BLAS) plan(s GemmShape) (*C.tt_ltPlan, error) {
 type GemmAlgo struct {
 	algo      C.tt_ltAlgo
 	Workspace int
-	// Waves is cuBLASLt's estimate of how many waves of blocks it runs.
-	Waves float32
-}
-
-// Config is the algorithm's configuration words as cuBLASLt encodes them
-// (algorithm id, tile, stages, split-K, …): two GemmAlgos with equal
-// Configs run the same kernels.
-func (a GemmAlgo) Config() [8]uint64 {
-	var c [8]uint64
-	for i := range c {
-		c[i] = uint64(a.algo.data[i])
-	}
-	return c
 }
 
 // Algos lists up to n of cuBLASLt's algorithms for shape that fit the
@@ -336,7 +323,7 @@ func (b *BLAS) Algos(shape GemmShape, n int) ([]GemmAlgo, error) {
 	}
 	out := make([]GemmAlgo, 0, int(got))
 	for _, r := range res[:int(got)] {
-		out = append(out, GemmAlgo{algo: r.algo, Workspace: int(r.workspaceSize), Waves: float32(r.wavesCount)})
+		out = append(out, GemmAlgo{algo: r.algo, Workspace: int(r.workspaceSize)})
 	}
 	return out, nil
 }

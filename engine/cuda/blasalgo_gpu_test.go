@@ -93,68 +93,6 @@ func TestGPUGemmAlgos(t *testing.T) {
 	}
 }
 
-// TestGPUGemmAlgoMemory asks what loading cuBLASLt's kernels costs in host
-// memory: it runs the heuristic's pick for each 4B layer GEMM at the row
-// counts the background warm-up runs (16 … 256, then 2,048), one shape at
-// a time in a fresh process, and logs the process's anonymous and
-// file-backed RSS growth each first run caused, with the algorithm's
-// configuration and how many of the shape's other candidates run a
-// configuration already loaded. PERF lines for the report; only with
-// TRENI_CUDA_BIG set, and meaningful only as the process's first cuBLASLt
-// use (run it alone: -test.run 'TestGPUGemmAlgoMemory$').
-func TestGPUGemmAlgoMemory(t *testing.T) {
-	if os.Getenv("TRENI_CUDA_BIG") == "" {
-		t.Skip("set TRENI_CUDA_BIG to measure the host memory of cuBLASLt's kernels")
-	}
-	g := newGPU(t)
-	r0, err := memstat.Self()
-	if err != nil {
-		t.Skipf("no resident memory reading: %v", err)
-	}
-	b, err := g.c.NewBLAS()
-	if err != nil {
-		t.Skipf("no cuBLASLt: %v", err)
-	}
-	defer b.Close()
-	r1, _ := memstat.Self()
-	t.Logf("PERF algomem cuBLASLt handle and workspace: anonymous %+.1f MB, file %+.1f MB", memstat.MB(r1.Anon-r0.Anon), memstat.MB(r1.File-r0.File))
-	shapes := []struct {
-		name string
-		N, K int
-		out  DType
-		acc  bool
-	}{{"qkv", 6144, 2560, BF16, false}, {"o", 2560, 4096, F32, true}, {"gate_up", 19456, 2560, BF16, false}, {"down", 2560, 9728, F32, true}}
-	const maxM = 2048
-	x, y, w := g.alloc(maxM*9728*2), g.alloc(maxM*19456*4), g.alloc(19456*2560*2)
-	loaded := map[[8]uint64]bool{}
-	var total memstat.Resident
-	for _, M := range []int{64, 32, 16, 128, 256, 2048} {
-		for _, s := range shapes {
-			shape := GemmShape{M: M, N: s.N, K: s.K, In: BF16, Out: s.out}
-			algos, err := b.Algos(shape, 8)
-			g.ok(err)
-			before, _ := memstat.Self()
-			g.ok(b.Gemm(g.s, shape, y, x, w, s.acc))
-			g.ok(g.s.Synchronize())
-			after, _ := memstat.Self()
-			reuse := 0
-			for _, a := range algos[1:] {
-				if loaded[a.Config()] {
-					reuse++
-				}
-			}
-			c := algos[0].Config()
-			seen := loaded[c]
-			loaded[c] = true
-			total.Anon += after.Anon - before.Anon
-			total.File += after.File - before.File
-			t.Logf("PERF algomem M=%-4d %-8s anonymous %+6.1f MB, file %+5.1f MB; config %x (already loaded: %v); other candidates already loaded: %d of %d",
-				M, s.name, memstat.MB(after.Anon-before.Anon), memstat.MB(after.File-before.File), c[:2], seen, reuse, len(algos)-1)
-		}
-	}
-	t.Logf("PERF algomem all first runs: anonymous %+.1f MB, file %+.1f MB, %d configurations", memstat.MB(total.Anon), memstat.MB(total.File), len(loaded))
-}
-
 // TestGPUBLASThreadMemory asks where the background warm-up's host memory
 // goes (the server's cublaslt_aside stage ends ~126 MB of anonymous RSS
 // above the stage before it): it logs the anonymous and file-backed RSS
