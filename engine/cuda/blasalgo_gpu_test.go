@@ -29,15 +29,8 @@ func TestGPUGemmAlgos(t *testing.T) {
 	}
 	defer b.Close()
 	r := rand.New(rand.NewPCG(41, 42))
-	type shape struct {
-		name string
-		N, K int
-		out  DType
-		acc  bool
-	}
-	shapes := []shape{{"4B qkv", 6144, 2560, BF16, false}, {"4B o", 2560, 4096, F32, true}, {"4B gate_up", 19456, 2560, BF16, false}, {"4B down", 2560, 9728, F32, true}}
 	const maxM = 2048
-	for _, s := range shapes {
+	for _, s := range layerGemms4B() {
 		size := s.N * s.K * 2
 		ws := g.distinctWeights(size, max(4, 256<<20/size))
 		for _, w := range ws {
@@ -46,7 +39,7 @@ func TestGPUGemmAlgos(t *testing.T) {
 		x := up(g, randBF16(r, maxM*s.K, 1))
 		y := g.alloc(maxM * s.N * 4)
 		for _, M := range []int{16, 32, 64, 128, 256, 2048} {
-			shape := GemmShape{M: M, N: s.N, K: s.K, In: BF16, Out: s.out}
+			shape := s.shape(M)
 			algos, err := b.Algos(shape, 16)
 			g.ok(err)
 			if len(algos) == 0 {
@@ -115,8 +108,9 @@ func TestGPUBLASThreadMemory(t *testing.T) {
 	x, y, w := g.alloc(256*9728*2), g.alloc(256*19456*4), g.alloc(19456*2560*2)
 	var shapes []GemmShape
 	for _, M := range []int{64, 32, 16, 128, 256} {
-		shapes = append(shapes, GemmShape{M, 6144, 2560, BF16, BF16}, GemmShape{M, 2560, 4096, BF16, F32},
-			GemmShape{M, 19456, 2560, BF16, BF16}, GemmShape{M, 2560, 9728, BF16, F32})
+		for _, l := range layerGemms4B() {
+			shapes = append(shapes, l.shape(M))
+		}
 	}
 	run := func(bl *BLAS, s *Stream) error {
 		for _, sh := range shapes {

@@ -110,16 +110,7 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 	}
 	g := newGPU(t)
 	r := rand.New(rand.NewPCG(31, 32))
-	type shape struct {
-		name string
-		N, K int
-		out  DType
-		acc  bool
-	}
-	shapes := []shape{
-		{"4B qkv", 6144, 2560, BF16, false}, {"4B o", 2560, 4096, F32, true}, {"4B gate_up", 19456, 2560, BF16, false}, {"4B down", 2560, 9728, F32, true},
-		{"0.6B qkv", 4096, 1024, BF16, false}, {"0.6B o", 1024, 2048, F32, true}, {"0.6B gate_up", 6144, 1024, BF16, false}, {"0.6B down", 1024, 3072, F32, true},
-	}
+	shapes := append(layerGemms4B(), layerGemms06B()...)
 	// TRENI_SKINNY_SHAPES=NxK,…: these shapes instead (f32 +=, as o_proj
 	// and down_proj), for questions such as how the block count over the
 	// SMs sets the stream rate.
@@ -130,7 +121,7 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 			if _, err := fmt.Sscanf(f, "%dx%d", &N, &K); err != nil || N%16 != 0 || K%32 != 0 {
 				t.Fatalf("TRENI_SKINNY_SHAPES: %q is not NxK with N a multiple of 16 and K of 32", f)
 			}
-			shapes = append(shapes, shape{f, N, K, F32, true})
+			shapes = append(shapes, layerGemm{f, N, K, F32, true})
 		}
 	}
 	for _, s := range shapes {

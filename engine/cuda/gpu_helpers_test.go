@@ -276,3 +276,31 @@ func (g *gpu) launchMS(reps int, f func(i int) error) float64 {
 	g.ok(err)
 	return float64(ms) / float64(reps)
 }
+
+// layerGemm is one GEMM of a transformer layer: N outputs from K inputs,
+// the output type, and whether it adds into the f32 residual (o_proj and
+// down_proj do).
+type layerGemm struct {
+	name string
+	N, K int
+	out  DType
+	acc  bool
+}
+
+// shape is the GEMM at M rows.
+func (l layerGemm) shape(M int) GemmShape {
+	return GemmShape{M: M, N: l.N, K: l.K, In: BF16, Out: l.out}
+}
+
+// layerGemms4B are the Qwen3-4B-shaped layer's GEMMs (qkv, o, gate_up,
+// down), the ones the GEMM timings report on.
+func layerGemms4B() []layerGemm {
+	return []layerGemm{{"4B qkv", 6144, 2560, BF16, false}, {"4B o", 2560, 4096, F32, true},
+		{"4B gate_up", 19456, 2560, BF16, false}, {"4B down", 2560, 9728, F32, true}}
+}
+
+// layerGemms06B are the Qwen3-0.6B-shaped layer's.
+func layerGemms06B() []layerGemm {
+	return []layerGemm{{"0.6B qkv", 4096, 1024, BF16, false}, {"0.6B o", 1024, 2048, F32, true},
+		{"0.6B gate_up", 6144, 1024, BF16, false}, {"0.6B down", 1024, 3072, F32, true}}
+}
