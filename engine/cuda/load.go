@@ -163,7 +163,8 @@ func (s *Starter) release() {
 // stage reports stage st from start to now, with the process's resident
 // memory at its end (rss_mb, rss_anon_mb, rss_file_mb; docs/ARCHITECTURE.md,
 // "Stages"), so that the stages say which part of the load and warm-up
-// made the RSS after load.
+// made the RSS after load. A stage reported after its end (stageSpan:
+// decoder_tensor_upload) has no reading, which would be a later one's.
 func (b *Backend) stage(st trace.Stage, start time.Time, attrs trace.Attrs) {
 	end := time.Now()
 	if r, err := memstat.Self(); err == nil {
