@@ -75,6 +75,8 @@ def engine_run(res, stem):
         "healthy_ms": run.get("healthy_ms"),
         "upload_ms": up.get("duration_ms"),
         "upload_gbps": attrs.get("gb_per_s"),
+        # share of the bytes the in-place copiers carried (0 without them)
+        "inplace_share": (attrs.get("inplace_bytes") or 0) / attrs["bytes"] if attrs.get("bytes") else None,
         "bytes": attrs.get("bytes"),
         "cuda_init_ms": ci.get("duration_ms"),
         "unattributed": run.get("unattributed_share"),
@@ -178,6 +180,9 @@ def main():
     if rf:
         print("| the file registered in place (%.1f ms a GiB): H2D alone / beside %d readers (their rate then) | %.1f / %.1f GB/s (%.1f) |" % (
             rf["register_ms"] * (1 << 30) / rf["bytes"], rf["threads"], rf["gb_per_s"], rf["beside_reads_gb_per_s"], rf["reads_beside_gb_per_s"]))
+        if rf.get("register_populated_ms"):
+            print("| … a fresh mapping populated first (4 threads), then registered (ms a GiB) | %.1f, then %.1f |" % (
+                rf["populate_ms"] * (1 << 30) / rf["bytes"], rf["register_populated_ms"] * (1 << 30) / rf["bytes"]))
     print("| disk read, page cache cold (1 stream / 8 streams) | %.2f / %.2f GB/s |" % (
         disk.get("sequential_gb_per_s") or 0, disk.get("parallel_gb_per_s") or 0))
     print()
@@ -215,8 +220,10 @@ def main():
         print("| process start → healthy (ms) | %s | %s | %s of floor | | |" % (
             mmm(hl), "≤ 1.10× floor" if ft_floor else "—", ratio(med(hl), ft_floor)))
         up = [e["upload_gbps"] for e in eng]
-        print("| decoder_tensor_upload (GB/s; ms) | %s; %s | ≥ 80%% of %.1f | %s | | |" % (
-            mmm(up, "{:.1f}"), mmm([e["upload_ms"] for e in eng]), pinned, "%.0f%%" % (100 * med(up) / pinned) if pinned and med(up) else "—"))
+        share = med([e.get("inplace_share") for e in eng])
+        print("| decoder_tensor_upload (GB/s; ms%s) | %s; %s%s | ≥ 80%% of %.1f | %s | | |" % (
+            "; share in place" if share else "", mmm(up, "{:.1f}"), mmm([e["upload_ms"] for e in eng]),
+            "; %.0f%%" % (100 * share) if share else "", pinned, "%.0f%%" % (100 * med(up) / pinned) if pinned and med(up) else "—"))
         if mapped:
             print("| … the mapped path in the same run (GB/s) | %.1f | | staged %s | | |" % (mapped["upload_gbps"] or 0, ratio(med(up), mapped["upload_gbps"])))
         itl = [e["itl_ms"] for e in eng]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"time"
 
@@ -27,6 +28,7 @@ type Starter struct {
 	initErr chan error      // cuda_init's result
 	blas    chan blasResult // the dlopened cuBLASLt
 	ring    chan ringResult // the staging ring (staged uploads only)
+	pre     *prefault       // the in-place copiers' mappings, populated ahead (UploadPopulateEnv)
 	used    bool
 }
 
@@ -80,13 +82,17 @@ func Start(opts BackendOptions) (*Starter, error) {
 		lib, err := openBLASLib()
 		s.blas <- blasResult{lib, err, msSince(t)}
 	}()
+	up, err := resolveUploadConfig(false)
+	if err != nil {
+		return nil, err
+	}
 	go func() {
 		if opts.Upload != UploadStaged {
 			s.ring <- ringResult{}
 			return
 		}
 		t := time.Now()
-		r, err := newStagingRing(stagingReaders(false)+stagingSlack, stagingSlotBytes)
+		r, err := newStagingRing(up.readers+stagingSlack, stagingSlotBytes)
 		s.ring <- ringResult{r, err, msSince(t)}
 	}()
 	go func() { s.initErr <- b.r.Do(context.Background(), b.initCUDA) }()
@@ -103,6 +109,13 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	s.used = true
 	b := s.b
 	err := checkOptions(ck, opts)
+	if up, _ := resolveUploadConfig(opts.ColdPageCache); err == nil && b.opts.Upload == UploadStaged && up.populate {
+		var files []string
+		for _, f := range ck.Files {
+			files = append(files, f.Path)
+		}
+		s.pre = startPrefault(files) // while the driver initialises
+	}
 	if initErr := <-s.initErr; err == nil {
 		err = initErr
 	}
@@ -158,6 +171,10 @@ func (s *Starter) release() {
 	// adopting it.
 	(<-s.blas).lib.close()
 	(<-s.ring).ring.unmap()
+	if s.pre != nil { // not adopted by build
+		m, _, _, _ := s.pre.finish()
+		m.unmap()
+	}
 }
 
 // stage reports stage st from start to now, with the process's resident
@@ -225,10 +242,19 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	// (releaseStaging), or by free on an error path.
 	b.staging = &stagingLeft{ring: ring}
 	var (
-		upDone <-chan error
-		upEnd  time.Time
-		staged stagedStats
+		upDone       <-chan error
+		upEnd        time.Time
+		staged       stagedStats
+		inPlace      inPlaceStats
+		preMS, preGB float64 // the mappings populated ahead (prefault)
 	)
+	up, err := resolveUploadConfig(b.opts.ColdPageCache)
+	if err != nil {
+		return err
+	}
+	if ring != nil {
+		up.readers = min(up.readers, ring.slots()-stagingSlack)
+	}
 	join := func() error {
 		if upDone == nil {
 			return nil
@@ -242,19 +268,51 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	case len(jobs) == 0:
 		upEnd = time.Now()
 	case b.opts.Upload == UploadStaged && rr.err == nil && ring != nil:
-		chunks := planChunks(jobs, ring.slotBytes)
+		chunks := planChunks(jobs, ring.slotBytes, os.Getpagesize())
 		st.chunks = len(chunks)
+		// Mappings populated ahead, if any, are adopted here: populating
+		// stops as the upload begins.
+		var preMaps fileMaps
+		if s.pre != nil {
+			var filled int64
+			var preErr error
+			preMaps, filled, preMS, preErr = s.pre.finish()
+			s.pre = nil
+			preGB = float64(filled) / 1e9
+			if preErr != nil {
+				inPlace.refused = preErr.Error()
+				up.inPlace = 0
+			}
+		}
 		upDone = contextThread(b.c, "upload thread", func() error {
+			q := newChunkQueue(len(chunks))
+			if up.readers > 0 {
+				q.holdBack() // until the ring is page-locked (runStaged)
+			}
+			// Copiers that cannot map the files leave the readers every
+			// chunk; the stage says why (inplace_refused).
+			inDone := b.startInPlace(chunks, q, up.inPlace, max(1, up.unitMB<<20/ring.slotBytes), preMaps, &inPlace)
+			if inPlace.refused != "" {
+				up.readers = max(up.readers, 1)
+			}
 			// The ring's slots are page-locked one by one as they are
 			// first filled (cudaDMA.prepare), beside the readers.
-			dma, err := newCudaDMA(b.c, ring)
-			if err != nil {
-				return err
+			var err error
+			if up.readers > 0 {
+				var dma *cudaDMA
+				if dma, err = newCudaDMA(b.c, ring); err != nil {
+					q.close()
+					return errors.Join(err, inDone())
+				}
+				b.staging.dma = dma // build reads it only after join
+				staged, err = runStaged(chunks, q, ring, up.readers, dma)
+				st.registered = dma.allRegistered()
+			} else {
+				st.registered = true
 			}
-			b.staging.dma = dma // build reads it only after join
-			staged, err = runStaged(chunks, ring, stagingReaders(b.opts.ColdPageCache), dma)
+			err = errors.Join(err, inDone())
 			upEnd = time.Now() // the last copy is done; teardown is not upload
-			st.registered = dma.allRegistered()
+			st.registered = st.registered && inPlace.pageable == 0
 			return err
 		})
 	default:
@@ -266,6 +324,12 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		if err != nil {
 			return err
 		}
+	}
+
+	if s.pre != nil { // no staged upload adopted them
+		m, _, _, _ := s.pre.finish()
+		s.pre = nil
+		m.unmap()
 	}
 
 	// While the weights travel: the host-converted weights, kernels,
@@ -292,11 +356,17 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	}
 	if b.opts.Upload == UploadStaged && ring != nil {
 		attrs["read_bytes"] = staged.readBytes
-		attrs["readers"] = stagingReaders(b.opts.ColdPageCache)
+		attrs["readers"] = up.readers
 		attrs["staging_bytes"] = len(ring.mem)
 		attrs["staging_alloc_ms"] = rr.ms
 		for k, v := range staged.attrs() {
 			attrs[k] = v
+		}
+		for k, v := range inPlace.attrs(up.inPlace, up.unitMB) {
+			attrs[k] = v
+		}
+		if preMS > 0 {
+			attrs["inplace_populated_gb"], attrs["inplace_populate_ms"] = preGB, preMS
 		}
 	}
 	if st.fallback != "" {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -24,7 +25,11 @@ import (
 //     never touched, so no page-table entry is built for 8 GB of weights
 //     (the cost that held the mapped path to ~13 GB/s), the process's RSS
 //     stays at the size of the ring, which is freed after the upload, and a
-//     cold page cache is read by several readers at once.
+//     cold page cache is read by several readers at once. Opt-in in-place
+//     copiers (inplace.go) can take chunks from the other end of the
+//     readers' queue and have the copy engine read them straight from the
+//     page cache, through a mapping of their own page-locked in place: one
+//     pass over host memory instead of three.
 //   - UploadMapped: the mapping itself is cuMemHostRegister'd chunk by chunk
 //     and copied from. Kept for comparison and as the fallback when the
 //     files cannot be opened for reading (the mapping is then all there is).
@@ -67,28 +72,108 @@ type readChunk struct {
 	pieces []piece
 }
 
-// stagingReaders is how many goroutines pread the weight files. From a
-// warm page cache one thread copies at 4–5 GB/s, so approaching the
-// 55 GB/s of a pinned H2D copy takes a dozen; two cores stay free for the
-// backend's thread (kernel load, warm-up) and the copy thread. On the lent
-// H100 host (16 cores) 8 readers reached 31 GB/s and 14 reached 35 GB/s.
-// From storage, more readers only interleave more streams on the disk:
-// with a cold page cache coldReaders is used (8 read the 4B-shaped
-// checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
-func stagingReaders(cold bool) int {
-	if cold {
-		return coldReaders
-	}
-	return min(16, max(4, runtime.NumCPU()-2))
+// uploadConfig is how the staged upload runs: readers that pread the
+// weight files into the ring, in-place copiers (inplace.go) that register
+// the files' mapping and copy from it beside the readers, and the
+// copiers' unit (MiB taken, and registered, at a time).
+type uploadConfig struct {
+	readers, inPlace, unitMB int
+	// populate has the copiers' mappings populated while the driver
+	// initialises (prefault, inplace.go); only with in-place copiers.
+	populate bool
 }
 
+// UploadReadersEnv and UploadInPlaceEnv override the staged upload's
+// reader and in-place copier counts (a number; 0 in-place copiers means
+// readers only, 0 readers in-place copiers only), so benchmarks can sweep
+// them on one binary; UploadInPlaceUnitEnv (inplace.go) the copiers'
+// unit, UploadPopulateEnv (0 or 1) whether their mappings are populated
+// ahead. A cold page cache ignores them (see defaultUploadConfig).
+const (
+	UploadReadersEnv = "TRENI_CUDA_UPLOAD_READERS"
+	UploadInPlaceEnv = "TRENI_CUDA_UPLOAD_INPLACE"
+)
+
+// defaultUploadConfig: from a warm page cache one reader copies at
+// 4–5 GB/s, so approaching the 55 GB/s of a pinned H2D copy takes a dozen;
+// two cores stay free for the backend's thread (kernel load, warm-up) and
+// the copy thread. On the lent H100 host (16 cores) 8 readers reached
+// 31 GB/s and 14 reached 35 GB/s. From storage (cold), more readers only
+// interleave more streams on the disk: coldReaders read (8 read the
+// 4B-shaped checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
+//
+// In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
+// two of them, with the readers two cores fewer each and their mappings
+// populated ahead, took the upload from 33–35 to 41 GB/s and the first
+// token 20–55 ms sooner; but unregistering what they registered, which
+// must happen before the process's RSS falls back, takes ~55 ms on an
+// idle server and stalled a server under immediate load for 120–200 ms
+// (its first 64-stream burst 3–7% slower), and unregistering during the
+// upload instead lost more than the copiers gained (docs/BENCHMARKS.md).
+func defaultUploadConfig(cold bool) uploadConfig {
+	if cold {
+		return uploadConfig{readers: coldReaders, unitMB: defaultInPlaceUnitMB}
+	}
+	return uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
+}
+
+// maxReaders is the most readers a warm upload runs by default (the ring
+// holds a slot for each, plus stagingSlack).
+func maxReaders() int { return min(16, max(4, runtime.NumCPU()-2)) }
+
 const coldReaders = 8
+
+// resolveUploadConfig is defaultUploadConfig(cold) with the environment's
+// overrides for a warm page cache. In-place copiers asked for without a
+// reader count take two readers' cores each.
+func resolveUploadConfig(cold bool) (uploadConfig, error) {
+	t := defaultUploadConfig(cold)
+	if cold {
+		return t, nil
+	}
+	for _, o := range []struct {
+		env         string
+		v           *int
+		lo, hi, mul int
+	}{{UploadReadersEnv, &t.readers, 0, 64, 1}, {UploadInPlaceEnv, &t.inPlace, 0, 16, 1},
+		{UploadInPlaceUnitEnv, &t.unitMB, stagingSlotBytes >> 20, 4096, stagingSlotBytes >> 20}} {
+		s := os.Getenv(o.env)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < o.lo || n > o.hi || n%o.mul != 0 {
+			return t, fmt.Errorf("cuda: %s=%q is not a count from %d to %d in steps of %d", o.env, s, o.lo, o.hi, o.mul)
+		}
+		*o.v = n
+	}
+	if t.inPlace > 0 && os.Getenv(UploadReadersEnv) == "" {
+		t.readers = max(4, t.readers-2*t.inPlace)
+	}
+	switch v := os.Getenv(UploadPopulateEnv); v {
+	case "":
+	case "0", "1":
+		t.populate = v == "1"
+	default:
+		return t, fmt.Errorf("cuda: %s=%q is not 0 or 1", UploadPopulateEnv, v)
+	}
+	t.populate = t.populate && t.inPlace > 0
+	if t.readers+t.inPlace == 0 {
+		return t, fmt.Errorf("cuda: %s=0 and %s=0 leave no thread to upload the weights", UploadReadersEnv, UploadInPlaceEnv)
+	}
+	return t, nil
+}
 
 // planChunks cuts the copy jobs into reads of at most slot bytes: jobs of
 // one file in file order, neighbours merged into one read when the gap
 // between them is small, a tensor larger than a slot split across reads.
-// Every byte of every job lands in exactly one piece.
-func planChunks(jobs []copyJob, slot int) []readChunk {
+// Every byte of every job lands in exactly one piece. Every chunk starts
+// at a multiple of align (the page size; it must divide slot), so that
+// the pages of two chunks never overlap and the in-place copiers
+// (inplace.go) can register each chunk's pages on its own: a chunk starts
+// anew only in another file, after a gap longer than maxReadGap (at least
+// a page) or where the last one filled its slot, which is aligned.
+func planChunks(jobs []copyJob, slot, align int) []readChunk {
 	js := append([]copyJob(nil), jobs...)
 	sort.SliceStable(js, func(a, b int) bool {
 		if js[a].file != js[b].file {
@@ -109,7 +194,7 @@ func planChunks(jobs []copyJob, slot int) []readChunk {
 				end = cur.off + int64(cur.n)
 			}
 			if cur == nil || cur.file != j.file || pos < end || pos-end > maxReadGap || pos >= cur.off+int64(slot) {
-				out = append(out, readChunk{file: j.file, off: pos})
+				out = append(out, readChunk{file: j.file, off: pos &^ int64(align-1)})
 				cur = &out[len(out)-1]
 			}
 			take := min(rem, int(cur.off+int64(slot)-pos))
@@ -173,17 +258,21 @@ func (r *stagingRing) unmap() error {
 // done: the page-locked ring and the copy engine's streams, events and
 // slot registrations.
 type stagingLeft struct {
-	ring *stagingRing
-	dma  *cudaDMA // nil until the upload thread made it
+	ring    *stagingRing
+	dma     *cudaDMA       // nil until the upload thread made it
+	inPlace []*cudaInPlace // the in-place copiers, with their registrations
+	maps    fileMaps       // the files' mappings they registered in
 }
 
 // releaseStaging releases what the staged upload left, once (runner
-// thread; b.mu held, or the backend not yet published). Unregistering
-// the slots and destroying the streams took 6–8 ms on the H100, and once
+// thread; b.mu held, or the backend not yet published): the ring, the
+// copy engine's streams and slot registrations, the in-place copiers'
+// registrations and then the mappings they lie in. Unregistering the
+// slots and destroying the streams took 6–8 ms on the H100, and once
 // 40 ms (2026-11-26, docs/BENCHMARKS.md), between the last weight copy
 // and a ready backend; they now run as the background warm-up's last item
 // (WarmBackground), or in free, and the ring's memory stays mapped until
-// then.
+// then. The in-place copiers' registrations add ~60 ms for ~5 GB.
 func (b *Backend) releaseStaging() error {
 	st := b.staging
 	if st == nil {
@@ -193,7 +282,11 @@ func (b *Backend) releaseStaging() error {
 	if st.dma != nil {
 		st.dma.destroy()
 	}
-	return st.ring.unmap()
+	var errs []error
+	for _, e := range st.inPlace {
+		errs = append(errs, e.release()) // before the mappings go
+	}
+	return errors.Join(append(errs, st.maps.unmap(), st.ring.unmap())...)
 }
 
 // dmaEngine is what the staged pipeline needs from the device: prepare a
@@ -236,13 +329,20 @@ func (st stagedStats) attrs() map[string]any {
 		trace.AttrReadWaitMS: durMS(st.readWait), trace.AttrCopyWaitMS: durMS(st.fenceWait), "slot_register_ms": durMS(st.prepare)}
 }
 
-// runStaged reads every chunk into the ring with up to readers goroutines
-// and hands each filled slot to dma, alternating streams; a slot is reused
-// only after its fence has been waited for. It returns when every copy has
-// been fenced and waited for, or at the first error (after the readers
-// have stopped).
-func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine) (stagedStats, error) {
-	var st stagedStats
+// runStaged takes chunks from the front of q until it is empty, reads each
+// into the ring with up to readers goroutines and hands each filled slot
+// to dma, alternating streams; a slot is reused only after its fence has
+// been waited for. It opens q's back end once every slot is prepared, or
+// when it returns. It returns when every copy has been fenced and waited
+// for, or at the first error (after the readers have stopped, and after
+// closing q so that the in-place copiers stop too).
+func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int, dma dmaEngine) (st stagedStats, err error) {
+	defer func() {
+		if err != nil {
+			q.close()
+		}
+		q.openBack()
+	}()
 	if len(chunks) == 0 {
 		return st, nil
 	}
@@ -308,17 +408,15 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		free = append(free, s)
 	}
 	var fenced []int // slots whose copies are enqueued, oldest first
-	prepared := make([]bool, nslots)
-	next, reading, finished := 0, 0, 0
-	for finished < len(chunks) {
+	prepared, unprepared := make([]bool, nslots), nslots
+	reading := 0
+	for {
 		// Keep every reader busy. A reader without a free slot takes the
 		// oldest fenced one once its copies are done: they were enqueued
-		// first, so they finish first.
-		for next < len(chunks) && reading < readers {
+		// first, so they finish first. Slots are conserved (free + fenced
+		// + reading), so with no read under way there is always one.
+		for reading < readers && (len(free) > 0 || len(fenced) > 0) {
 			if len(free) == 0 {
-				if len(fenced) == 0 {
-					break
-				}
 				s := fenced[0]
 				t := time.Now()
 				if err := dma.wait(s); err != nil {
@@ -328,16 +426,17 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 				fenced = fenced[1:]
 				free = append(free, s)
 			}
+			i, ok := q.takeFront()
+			if !ok {
+				break
+			}
 			s := free[len(free)-1]
 			free = free[:len(free)-1]
-			jobs <- job{next, s}
-			next++
+			jobs <- job{i, s}
 			reading++
 		}
 		if reading == 0 {
-			// Slots are conserved (free + fenced + reading), so this
-			// cannot happen with a non-empty ring.
-			return st, errors.New("staged upload stalled: no slot to read into (internal error)")
+			break // the queue is empty and every read is copied
 		}
 		t := time.Now()
 		d := <-results
@@ -354,6 +453,9 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 			}
 			st.prepare += time.Since(t)
 			prepared[d.slot] = true
+			if unprepared--; unprepared == 0 {
+				q.openBack()
+			}
 		}
 		c := chunks[d.chunk]
 		stream := d.chunk % 2
@@ -369,7 +471,6 @@ func runStaged(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine
 		fenced = append(fenced, d.slot)
 		st.chunks++
 		st.readBytes += int64(c.n)
-		finished++
 	}
 	t := time.Now()
 	for _, s := range fenced {

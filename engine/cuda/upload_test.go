@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,8 +24,10 @@ type lazyDMA struct {
 	fenced  map[int]bool
 	// prepared slots; a copy fenced on an unprepared one fails.
 	prepared map[int]bool
-	failAt   int // copy number that fails (0: none)
-	copies   int
+	// nPrepared counts them, for other goroutines (the in-place fakes).
+	nPrepared atomic.Int32
+	failAt    int // copy number that fails (0: none)
+	copies    int
 }
 
 func newLazyDMA(size int) *lazyDMA {
@@ -36,6 +39,7 @@ func (d *lazyDMA) prepare(slot int) error {
 		return fmt.Errorf("slot %d prepared twice", slot)
 	}
 	d.prepared[slot] = true
+	d.nPrepared.Add(1)
 	return nil
 }
 
@@ -121,11 +125,11 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {
 		jobs[i], jobs[j] = jobs[j], jobs[i]
 	}
-	chunks := planChunks(jobs, slot)
+	chunks := planChunks(jobs, slot, 512)
 	covered := 0
 	for _, c := range chunks {
-		if c.n > slot || c.n <= 0 {
-			t.Fatalf("chunk of %d bytes with %d-byte slots", c.n, slot)
+		if c.n > slot || c.n <= 0 || c.off%512 != 0 {
+			t.Fatalf("chunk [%d, +%d) with %d-byte slots aligned to 512", c.off, c.n, slot)
 		}
 		for _, p := range c.pieces {
 			if p.at < 0 || p.at+p.n > c.n {
@@ -145,7 +149,7 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 		for _, slots := range []int{1, 2, 5} {
 			ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
 			dma := newLazyDMA(dev)
-			st, err := runStaged(chunks, ring, readers, dma)
+			st, err := runStaged(chunks, newChunkQueue(len(chunks)), ring, readers, dma)
 			if err != nil {
 				t.Fatalf("readers %d slots %d: %v", readers, slots, err)
 			}
@@ -171,7 +175,7 @@ func TestPlanChunksMergesAndSplits(t *testing.T) {
 		{file: "f", off: 300 + maxReadGap + 1, n: 10, dst: 2000}, // large gap: new read
 		{file: "f", off: 10 << 20, n: 2500, dst: 3000},           // split in slots of 1000
 	}
-	c := planChunks(jobs, 1000)
+	c := planChunks(jobs, 1000, 1)
 	if len(c) != 5 {
 		t.Fatalf("%d chunks: %+v", len(c), c)
 	}
@@ -192,19 +196,73 @@ func TestStagedUploadErrors(t *testing.T) {
 	writeWeights(t, path, 10000, 3)
 	jobs := []copyJob{{file: path, off: 0, n: 20000, dst: 0}}
 	ring := &stagingRing{mem: make([]byte, 4*4096), slotBytes: 4096}
-	_, err := runStaged(planChunks(jobs, 4096), ring, 2, newLazyDMA(20000))
+	_, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, newLazyDMA(20000))
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("truncated file: %v", err)
 	}
 	jobs = []copyJob{{file: path, off: 0, n: 10000, dst: 0}}
 	dma := newLazyDMA(10000)
 	dma.failAt = 2
-	if _, err := runStaged(planChunks(jobs, 4096), ring, 2, dma); err == nil || !strings.Contains(err.Error(), "injected") {
+	if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, dma); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("copy failure: %v", err)
 	}
 	jobs = []copyJob{{file: filepath.Join(dir, "missing"), off: 0, n: 10, dst: 0}}
-	if _, err := runStaged(planChunks(jobs, 4096), ring, 2, newLazyDMA(10)); err == nil || !strings.Contains(err.Error(), "missing") {
+	if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, newLazyDMA(10)); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// runStaged1 runs the staged path alone over every chunk.
+func runStaged1(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine) (stagedStats, error) {
+	return runStaged(chunks, newChunkQueue(len(chunks)), ring, readers, dma)
+}
+
+// TestPlanChunksAligned: with a page as align, every chunk starts on a
+// page and the pages of two chunks never overlap (the in-place copiers
+// register each chunk's pages), whatever the tensors' offsets; a file's
+// chunks cover its tensors' bytes exactly once.
+func TestPlanChunksAligned(t *testing.T) {
+	const page, slot = 4096, 4 * 4096
+	rng := rand.New(rand.NewSource(5))
+	for trial := 0; trial < 200; trial++ {
+		var jobs []copyJob
+		off, dev := int64(rng.Intn(page)), DevicePtr(0)
+		for k := 0; k < 1+rng.Intn(12); k++ {
+			n := 1 + rng.Intn(3*slot)
+			jobs = append(jobs, copyJob{file: "f", off: off, n: n, dst: dev})
+			dev += DevicePtr(n)
+			switch rng.Intn(3) { // the gap to the next tensor
+			case 0:
+				off += int64(n)
+			case 1:
+				off += int64(n + rng.Intn(2*page))
+			default:
+				off += int64(n + maxReadGap + 1 + rng.Intn(page))
+			}
+		}
+		chunks := planChunks(jobs, slot, page)
+		covered := map[DevicePtr]bool{}
+		prevEnd := int64(-1)
+		for _, c := range chunks {
+			if c.off%page != 0 || c.n <= 0 || c.n > slot {
+				t.Fatalf("trial %d: chunk [%d, +%d)", trial, c.off, c.n)
+			}
+			if c.off < prevEnd {
+				t.Fatalf("trial %d: chunk at %d starts on the pages of the last, which end at %d", trial, c.off, prevEnd)
+			}
+			prevEnd = (c.off + int64(c.n) + page - 1) &^ (page - 1)
+			for _, p := range c.pieces {
+				for b := 0; b < p.n; b++ {
+					if covered[p.dst+DevicePtr(b)] {
+						t.Fatalf("trial %d: device byte %d placed twice", trial, p.dst+DevicePtr(b))
+					}
+					covered[p.dst+DevicePtr(b)] = true
+				}
+			}
+		}
+		if len(covered) != int(dev) {
+			t.Fatalf("trial %d: %d of %d bytes placed", trial, len(covered), dev)
+		}
 	}
 }
 
@@ -262,5 +320,56 @@ func TestReleaseStaging(t *testing.T) {
 	}
 	if err := b.releaseStaging(); err != nil {
 		t.Fatalf("second release: %v", err)
+	}
+}
+
+// TestUploadConfig: a warm upload runs readers only unless the
+// environment asks for in-place copiers, which then take two readers'
+// cores each and have their mappings populated ahead; the environment
+// overrides the counts, the copiers' unit and populating within their
+// ranges, refuses what is not a count, not a whole number of chunks or
+// leaves no thread, and a cold page cache keeps its readers and runs no
+// copier whatever the environment says.
+func TestUploadConfig(t *testing.T) {
+	for _, e := range []string{UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv} {
+		t.Setenv(e, "")
+	}
+	if c, err := resolveUploadConfig(false); err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	t.Setenv(UploadInPlaceEnv, "2")
+	if c, err := resolveUploadConfig(false); err != nil || c.readers != max(4, maxReaders()-4) || c.inPlace != 2 || c.unitMB != defaultInPlaceUnitMB || !c.populate {
+		t.Fatalf("two copiers: %+v %v", c, err)
+	}
+	t.Setenv(UploadPopulateEnv, "0")
+	if c, err := resolveUploadConfig(false); err != nil || c.populate || c.inPlace != 2 {
+		t.Fatalf("populating off: %+v %v", c, err)
+	}
+	t.Setenv(UploadPopulateEnv, "1")
+	t.Setenv(UploadInPlaceEnv, "0")
+	if c, err := resolveUploadConfig(false); err != nil || c.populate {
+		t.Fatalf("populating with no copier to use it: %+v %v", c, err)
+	}
+	t.Setenv(UploadPopulateEnv, "yes")
+	if _, err := resolveUploadConfig(false); err == nil || !strings.Contains(err.Error(), UploadPopulateEnv) {
+		t.Fatalf("populate=yes: %v", err)
+	}
+	t.Setenv(UploadPopulateEnv, "")
+	t.Setenv(UploadReadersEnv, "0")
+	t.Setenv(UploadInPlaceEnv, "3")
+	t.Setenv(UploadInPlaceUnitEnv, "256")
+	if c, err := resolveUploadConfig(false); err != nil || c != (uploadConfig{readers: 0, inPlace: 3, unitMB: 256, populate: true}) {
+		t.Fatalf("in place only: %+v %v", c, err)
+	}
+	if c, err := resolveUploadConfig(true); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate {
+		t.Fatalf("cold: %+v %v", c, err)
+	}
+	for _, bad := range [][3]string{{"0", "0", ""}, {"x", "1", ""}, {"-1", "1", ""}, {"4", "17", ""}, {"65", "0", ""}, {"4", "2", "24"}, {"4", "2", "8192"}, {"4", "2", "0"}} {
+		t.Setenv(UploadReadersEnv, bad[0])
+		t.Setenv(UploadInPlaceEnv, bad[1])
+		t.Setenv(UploadInPlaceUnitEnv, bad[2])
+		if _, err := resolveUploadConfig(false); err == nil || !strings.Contains(err.Error(), "TRENI_CUDA_UPLOAD_") {
+			t.Fatalf("readers %q, in place %q, unit %q: %v", bad[0], bad[1], bad[2], err)
+		}
 	}
 }
