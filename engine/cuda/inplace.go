@@ -480,8 +480,9 @@ type prefault struct {
 }
 
 // startPrefault maps files (sorted, as planChunks orders chunks) and
-// starts populating them from the last file's end backwards.
-func startPrefault(files []string) *prefault {
+// starts populating them from the last file's end backwards, size bytes
+// (prefaultRegion) at a time.
+func startPrefault(files []string, size int) *prefault {
 	p := &prefault{t0: time.Now()}
 	sorted := append([]string(nil), files...)
 	sort.Strings(sorted)
@@ -492,12 +493,12 @@ func startPrefault(files []string) *prefault {
 	if p.maps, p.err = mapFiles(chunks); p.err != nil {
 		return p
 	}
-	type region struct{ b []byte }
-	var regions []region
+	type part struct{ b []byte }
+	var regions []part
 	for _, f := range sorted {
 		m := p.maps[f]
-		for lo := 0; lo < len(m); lo += prefaultRegion {
-			regions = append(regions, region{m[lo:min(len(m), lo+prefaultRegion)]})
+		for lo := 0; lo < len(m); lo += size {
+			regions = append(regions, part{m[lo:min(len(m), lo+size)]})
 		}
 	}
 	var next atomic.Int64

@@ -361,8 +361,9 @@ func TestMapFilesErrors(t *testing.T) {
 func TestPrefault(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "b.safetensors"), filepath.Join(dir, "a.safetensors")
-	da, db := writeWeights(t, a, 3*prefaultRegion/2+5, 1), writeWeights(t, b, 4097, 2)
-	p := startPrefault([]string{a, b})
+	const size = 16 << 10 // regions of the test's own size: several a file
+	da, db := writeWeights(t, a, 7*size/2+5, 1), writeWeights(t, b, 4097, 2)
+	p := startPrefault([]string{a, b}, size)
 	p.wg.Wait() // let it populate everything
 	maps, filled, _, err := p.finish()
 	if err != nil {
@@ -377,7 +378,7 @@ func TestPrefault(t *testing.T) {
 	if !bytes.Equal(maps[a][:len(da)], da) || !bytes.Equal(maps[b][:len(db)], db) {
 		t.Fatal("a mapping does not hold its file's bytes")
 	}
-	p = startPrefault([]string{a, filepath.Join(dir, "missing")})
+	p = startPrefault([]string{a, filepath.Join(dir, "missing")}, size)
 	if m, _, _, err := p.finish(); err == nil || !strings.Contains(err.Error(), "missing") || len(m) != 0 {
 		t.Fatalf("missing file: %v, %d mappings", err, len(m))
 	}

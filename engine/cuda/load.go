@@ -114,7 +114,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		for _, f := range ck.Files {
 			files = append(files, f.Path)
 		}
-		s.pre = startPrefault(files) // while the driver initialises
+		s.pre = startPrefault(files, prefaultRegion) // while the driver initialises
 	}
 	if initErr := <-s.initErr; err == nil {
 		err = initErr
