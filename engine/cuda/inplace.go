@@ -53,8 +53,8 @@ import (
 // The back end can be held until the readers' ring is page-locked
 // (holdBack, openBack): the driver serialises registrations, and on the
 // lent H100 host copiers registering beside the copy loop's first slot
-// registrations tripled their time (14 → 39 ms over a 0.6B-shaped
-// upload), starving the readers of slots.
+// registrations tripled the slots' registration time (14 → 39 ms over a
+// 0.6B-shaped upload), starving the readers of slots.
 type chunkQueue struct {
 	mu          sync.Mutex
 	front, back int           // the next index each end hands out; empty once front > back

@@ -272,7 +272,8 @@ type stagingLeft struct {
 // 40 ms (2026-11-26, docs/BENCHMARKS.md), between the last weight copy
 // and a ready backend; they now run as the background warm-up's last item
 // (WarmBackground), or in free, and the ring's memory stays mapped until
-// then. The in-place copiers' registrations add ~60 ms for ~5 GB.
+// then. The in-place copiers' registrations add ~55 ms for ~6 GB on an
+// idle server, 120–175 ms under load (docs/BENCHMARKS.md).
 func (b *Backend) releaseStaging() error {
 	st := b.staging
 	if st == nil {
