@@ -179,6 +179,7 @@ type Backend struct {
 	// pending counts calls waiting for or holding mu to run device work;
 	// the background warm-up (warmup.go) runs only while it is 0.
 	pending  atomic.Int32
+	lastDone atomic.Int64 // when the last such call let go of mu (Unix ns; 0: none yet)
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/treni-top/treni-top/engine/sched"
@@ -189,6 +190,7 @@ func (b *Backend) acquire() (release func(), err error) {
 	b.pending.Add(1)
 	b.mu.Lock()
 	release = func() {
+		b.lastDone.Store(time.Now().UnixNano())
 		b.mu.Unlock()
 		b.pending.Add(-1)
 	}

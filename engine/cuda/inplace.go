@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"sync"
@@ -30,15 +31,14 @@ import (
 // each on a thread of its own, take them from the back, register the
 // chunks' pages and enqueue their copies on a stream of their own.
 // Whichever path is faster on this host takes more chunks; the two meet
-// where the last one is taken. Nothing is unregistered or unmapped until
-// the background warm-up's last item (releaseStaging), so neither costs
-// the upload time; but that item then takes ~55 ms on an idle server and
-// 120–200 ms under load, which is why the copiers are opt-in
-// (defaultUploadConfig). Unregistering each unit as soon as it was copied
-// took the 8 GB upload from 41 to 28 GB/s, and unregistering on the
-// copiers' threads right after the upload cost the first request 47 ms:
-// the driver's work for it ran beside the upload or the request's
-// launches (docs/BENCHMARKS.md).
+// where the last one is taken. Nothing is unregistered until the upload
+// is over, and then only in background steps that wait for the server to
+// pause (releaseInPlaceStep): unregistering ~6 GB costs ~55 ms idle and
+// stalled a server under load 120–200 ms when done in one item;
+// unregistering each unit as soon as it was copied took the 8 GB upload
+// from 41 to 28 GB/s, and unregistering on the copiers' threads right
+// after the upload cost the first request 47 ms: the driver's work for it
+// ran beside the upload or the request's launches (docs/BENCHMARKS.md).
 //
 // Chunks start on page boundaries (planChunks' align), so the ranges two
 // copiers register never share a page: the driver refuses a range that
@@ -362,6 +362,23 @@ func (e *cudaInPlace) fence(k int) error { return e.events[k].Record(e.s) }
 
 func (e *cudaInPlace) wait(k int) error { return e.events[k].Synchronize() }
 
+// unregister unregisters ranges, oldest first, until budget bytes have
+// been, or all have, and returns the bytes unregistered. Each range's
+// page-table entries go with it (MADV_DONTNEED: the pages stay in the
+// page cache), so the process's RSS falls step by step.
+func (e *cudaInPlace) unregister(budget int64) (int64, error) {
+	var done int64
+	var errs []error
+	for len(e.registered) > 0 && done < budget {
+		b := e.registered[0]
+		e.registered = e.registered[1:]
+		errs = append(errs, e.c.HostUnregister(unsafe.Pointer(&b[0])))
+		_ = unix.Madvise(b, unix.MADV_DONTNEED) // advisory: munmap drops them anyway
+		done += int64(len(b))
+	}
+	return done, errors.Join(errs...)
+}
+
 // release waits for the stream, destroys it and the events and
 // unregisters every range, before the mappings they lie in are unmapped.
 func (e *cudaInPlace) release() error {
@@ -374,11 +391,8 @@ func (e *cudaInPlace) release() error {
 		errs = append(errs, ev.Destroy())
 	}
 	e.events = nil
-	for _, b := range e.registered {
-		errs = append(errs, e.c.HostUnregister(unsafe.Pointer(&b[0])))
-	}
-	e.registered = nil
-	return errors.Join(errs...)
+	_, err := e.unregister(math.MaxInt64)
+	return errors.Join(append(errs, err)...)
 }
 
 // startInPlace starts n in-place copiers over chunks, each on a thread of

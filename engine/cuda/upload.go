@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -104,12 +105,12 @@ const (
 //
 // In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
 // two of them, with the readers two cores fewer each and their mappings
-// populated ahead, took the upload from 33–35 to 41 GB/s and the first
-// token 20–55 ms sooner; but unregistering what they registered, which
-// must happen before the process's RSS falls back, takes ~55 ms on an
-// idle server and stalled a server under immediate load for 120–200 ms
-// (its first 64-stream burst 3–7% slower), and unregistering during the
-// upload instead lost more than the copiers gained (docs/BENCHMARKS.md).
+// populated ahead, took the upload from 33–35 to 40–41 GB/s and the first
+// token 20–55 ms sooner on most hosts (on one, nothing). But until the
+// server first pauses (releaseInPlaceStep) the whole checkpoint's page
+// cache stays page-locked and counts in the RSS, a cost that grows with
+// the model and that a server under steady load never stops paying; and
+// on the 1.2 GB checkpoint they lost (docs/BENCHMARKS.md).
 func defaultUploadConfig(cold bool) uploadConfig {
 	if cold {
 		return uploadConfig{readers: coldReaders, unitMB: defaultInPlaceUnitMB}
@@ -270,24 +271,89 @@ type stagingLeft struct {
 // registrations and then the mappings they lie in. Unregistering the
 // slots and destroying the streams took 6–8 ms on the H100, and once
 // 40 ms (2026-11-26, docs/BENCHMARKS.md), between the last weight copy
-// and a ready backend; they now run as the background warm-up's last item
-// (WarmBackground), or in free, and the ring's memory stays mapped until
-// then. The in-place copiers' registrations add ~55 ms for ~6 GB on an
-// idle server, 120–175 ms under load (docs/BENCHMARKS.md).
+// and a ready backend; they now run as the background warm-up's "staging"
+// item (WarmBackground), the in-place registrations as its last,
+// "inplace" items (releaseInPlaceStep), or all in free.
 func (b *Backend) releaseStaging() error {
+	err := b.releaseRing()
+	_, err2 := b.releaseInPlaceStep(math.MaxInt64)
+	return errors.Join(err, err2)
+}
+
+// releaseRing releases the ring and the copy engine's streams and slot
+// registrations (the "staging" background item), and what is left if no
+// in-place registration is.
+func (b *Backend) releaseRing() error {
 	st := b.staging
 	if st == nil {
 		return nil
 	}
-	b.staging = nil
 	if st.dma != nil {
 		st.dma.destroy()
+		st.dma = nil
+	}
+	err := st.ring.unmap()
+	if len(st.inPlace) == 0 {
+		b.staging = nil
+		err = errors.Join(err, st.maps.unmap())
+	}
+	return err
+}
+
+// The in-place copiers' registrations (~6 GB of a 4B-shaped checkpoint)
+// took ~55 ms to unregister on an idle server and 120–175 ms on one
+// serving a burst, which that work stalled (docs/BENCHMARKS.md). So the
+// background releases them stagingReleaseBytes at a time, each step only
+// once the steps have paused for stagingQuiet: a burst is not stalled, a
+// request arriving during a step waits for that step only, and the
+// process's RSS (the registered file pages count while mapped) falls back
+// at the first pause.
+const (
+	stagingReleaseBytes = 512 << 20
+	stagingQuiet        = 100 * time.Millisecond
+)
+
+// releaseInPlaceStep unregisters in-place ranges until budget bytes have
+// gone and reports whether none is left; with the last one go the
+// mappings, and the rest if the ring went before.
+func (b *Backend) releaseInPlaceStep(budget int64) (done bool, err error) {
+	st := b.staging
+	if st == nil {
+		return true, nil
 	}
 	var errs []error
-	for _, e := range st.inPlace {
-		errs = append(errs, e.release()) // before the mappings go
+	for len(st.inPlace) > 0 && budget > 0 {
+		e := st.inPlace[0]
+		n, err := e.unregister(budget)
+		errs = append(errs, err)
+		budget -= n
+		if len(e.registered) == 0 {
+			errs = append(errs, e.release())
+			st.inPlace = st.inPlace[1:]
+		}
 	}
-	return errors.Join(append(errs, st.maps.unmap(), st.ring.unmap())...)
+	if len(st.inPlace) > 0 {
+		return false, errors.Join(errs...)
+	}
+	errs = append(errs, st.maps.unmap())
+	st.maps = nil
+	if st.ring == nil || st.ring.mem == nil {
+		b.staging = nil
+	}
+	return true, errors.Join(errs...)
+}
+
+// inPlaceItems is how many "inplace" background items release st's
+// in-place registrations, one releaseInPlaceStep of stagingReleaseBytes
+// each (0 without copiers).
+func (st *stagingLeft) inPlaceItems() int {
+	var n int64
+	for _, e := range st.inPlace {
+		for _, r := range e.registered {
+			n += int64(len(r))
+		}
+	}
+	return int((n + stagingReleaseBytes - 1) / stagingReleaseBytes)
 }
 
 // dmaEngine is what the staged pipeline needs from the device: prepare a

@@ -143,7 +143,7 @@ func (b *Backend) skinnyServes(M int) bool {
 
 // warmItem is one piece of background warm-up.
 type warmItem struct {
-	what string // "gemm", "graph" or "staging"
+	what string // "gemm", "graph", "staging" or "inplace"
 	rows int
 }
 
@@ -196,7 +196,12 @@ func (b *Backend) WarmBackground(maxBatch int) {
 	}
 	items := backgroundItems(prefill, b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
 	if b.staging != nil {
-		items = append(items, warmItem{what: "staging"}) // last: the load's leftovers (releaseStaging)
+		// Last: the load's leftovers (releaseRing), then the in-place
+		// copiers' registrations a step at a time (releaseInPlaceStep).
+		items = append(items, warmItem{what: "staging"})
+		for range b.staging.inPlaceItems() {
+			items = append(items, warmItem{what: "inplace"})
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done, asideDone := make(chan struct{}), make(chan struct{})
@@ -229,7 +234,10 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	case "gemm":
 		return b.warmGemms(it.rows)
 	case "staging":
-		return b.releaseStaging()
+		return b.releaseRing()
+	case "inplace":
+		_, err := b.releaseInPlaceStep(stagingReleaseBytes)
+		return err
 	}
 	if b.graphs[it.rows] != nil || b.graphsOff {
 		return nil // a step captured it first, or captures failed
@@ -260,13 +268,24 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 				}
 			}
 		}
-		// Let every waiting step go first.
-		for b.pending.Load() > 0 {
+		// Let every waiting step go first; the in-place release also
+		// waits for the steps to have paused for stagingQuiet.
+		for {
+			wait := 200 * time.Microsecond
+			if b.pending.Load() == 0 {
+				if it.what != "inplace" {
+					break
+				}
+				wait = stagingQuiet - time.Since(time.Unix(0, b.lastDone.Load()))
+				if wait <= 0 {
+					break
+				}
+			}
 			yields++
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(200 * time.Microsecond):
+			case <-time.After(wait):
 			}
 		}
 		if ctx.Err() != nil {
@@ -295,8 +314,8 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 			gemms++
 		case "graph":
 			graphed++
-		case "staging":
-			staging = took
+		case "staging", "inplace":
+			staging += took
 		}
 	}
 	b.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -136,6 +137,36 @@ func TestWarmBackgroundGate(t *testing.T) {
 		<-done
 		if !slices.Equal(ran, items) {
 			t.Fatalf("ran %v, want %v", ran, items)
+		}
+	})
+}
+
+// TestWarmBackgroundInPlaceWaitsForQuiet: the in-place release runs only
+// once no step has finished for stagingQuiet (a step ends 50 ms in, so
+// not before 150 ms), while other items, the ring's release included,
+// wait for no pause.
+func TestWarmBackgroundInPlaceWaitsForQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &Backend{r: NewRunner()}
+		defer b.r.Close()
+		start := time.Now()
+		b.lastDone.Store(start.UnixNano()) // a step just finished
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			b.lastDone.Store(time.Now().UnixNano()) // another one
+		}()
+		ranAt := map[string]time.Duration{}
+		b.warmBackground(context.Background(), []warmItem{{"gemm", 8}, {what: "staging"}, {what: "inplace"}, {what: "inplace"}}, func(_ context.Context, it warmItem) error {
+			if _, ok := ranAt[it.what]; !ok {
+				ranAt[it.what] = time.Since(start)
+			}
+			return nil
+		}, nil)
+		if ranAt["gemm"] != 0 || ranAt["staging"] != 0 {
+			t.Errorf("a GEMM item waited %v and the ring's release %v for a pause", ranAt["gemm"], ranAt["staging"])
+		}
+		if got := ranAt["inplace"]; got < 50*time.Millisecond+stagingQuiet {
+			t.Errorf("the in-place release ran %v after start, %v after the last step", got, got-50*time.Millisecond)
 		}
 	})
 }
