@@ -70,20 +70,14 @@ int tt_lt_plan(tt_blaslt *b, tt_ltHandle h, tt_ltPlan *p, int transa, int transb
 	LT_TRY(b->cublasLtMatrixLayoutCreate(&p->b, bb.type, bb.rows, bb.cols, bb.ld), "cublasLtMatrixLayoutCreate(B)");
 	LT_TRY(b->cublasLtMatrixLayoutCreate(&p->c, c.type, c.rows, c.cols, c.ld), "cublasLtMatrixLayoutCreate(C)");
 	LT_TRY(b->cublasLtMatrixLayoutCreate(&p->d, c.type, c.rows, c.cols, c.ld), "cublasLtMatrixLayoutCreate(D)");
-	LT_TRY(b->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-	unsigned long long ws = maxws;
-	LT_TRY(b->cublasLtMatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WS, &ws, sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
 	tt_ltHeuristic res;
 	int n = 0;
-	memset(&res, 0, sizeof(res));
-	LT_TRY(b->cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->d, pref, 1, &res, &n), "cublasLtMatmulAlgoGetHeuristic");
+	LT_TRY(tt_lt_algos(b, h, p, maxws, 1, &res, &n, failed), *failed); // the heuristic's first pick
 	if (n < 1) { *failed = "cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape)"; st = LT_NOT_SUPPORTED; goto fail; }
 	p->algo = res.algo;
 	p->workspace = res.workspaceSize;
-	b->cublasLtMatmulPreferenceDestroy(pref);
 	return 0;
 fail:
-	if (pref) b->cublasLtMatmulPreferenceDestroy(pref);
 	tt_lt_plan_free(b, p);
 	return st;
 }
