@@ -175,9 +175,11 @@ func backgroundItems(prefill []int, buckets []int, capT, maxBatch int, graphs bo
 
 // WarmBackground starts warming, on a goroutine the backend owns, what the
 // load warm-up left out: the GEMMs of the prefill row buckets and the
-// decode graphs of the buckets up to maxBatch sequences (0: all). Each
-// item runs only while no Forward, ForwardTokens or CopyBlocks is waiting
-// for the backend; a call that arrives during an item waits for that item
+// decode graphs of the buckets up to maxBatch sequences (0: all), then
+// the load's leftovers (releaseRing, releaseInPlaceStep). Each item runs
+// only while no Forward, ForwardTokens or CopyBlocks is waiting for the
+// backend, the in-place release's steps only once none has finished for
+// stagingQuiet; a call that arrives during an item waits for that item
 // only. When it ends it reports a warmup stage of kind "background" (its
 // items, the longest one, how often it yielded). It returns at once; a
 // second call does nothing; Close stops it.
