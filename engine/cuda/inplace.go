@@ -89,12 +89,6 @@ func (q *chunkQueue) takeFront() (int, bool) {
 	return q.front - 1, true
 }
 
-// takeBack returns the highest index not yet taken.
-func (q *chunkQueue) takeBack() (int, bool) {
-	lo, _, ok := q.takeBackN(1)
-	return lo, ok
-}
-
 // takeBackN returns the highest n indices not yet taken (fewer where fewer
 // are left), as lo..hi.
 func (q *chunkQueue) takeBackN(n int) (lo, hi int, ok bool) {

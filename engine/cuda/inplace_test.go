@@ -265,7 +265,8 @@ func TestInPlaceRefusedAndFailing(t *testing.T) {
 }
 
 // TestChunkQueue: both ends together hand out every index exactly once,
-// from many goroutines; close stops both.
+// from many goroutines and in runs of several from the back; close stops
+// both.
 func TestChunkQueue(t *testing.T) {
 	const n = 1000
 	q := newChunkQueue(n)
@@ -276,17 +277,24 @@ func TestChunkQueue(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			take := q.takeFront
+			// Even goroutines take one index from the front, odd ones
+			// g at a time from the back.
+			take := func() (int, int, bool) {
+				i, ok := q.takeFront()
+				return i, i, ok
+			}
 			if g%2 == 1 {
-				take = q.takeBack
+				take = func() (int, int, bool) { return q.takeBackN(g) }
 			}
 			for {
-				i, ok := take()
+				lo, hi, ok := take()
 				if !ok {
 					return
 				}
 				mu.Lock()
-				seen[i]++
+				for i := lo; i <= hi; i++ {
+					seen[i]++
+				}
 				mu.Unlock()
 			}
 		}()
@@ -298,8 +306,8 @@ func TestChunkQueue(t *testing.T) {
 		}
 	}
 	q = newChunkQueue(6)
-	if i, ok := q.takeBack(); !ok || i != 5 {
-		t.Fatalf("back: %d %v", i, ok)
+	if lo, hi, ok := q.takeBackN(1); !ok || lo != 5 || hi != 5 {
+		t.Fatalf("back: %d..%d %v", lo, hi, ok)
 	}
 	if lo, hi, ok := q.takeBackN(3); !ok || lo != 2 || hi != 4 {
 		t.Fatalf("back 3: %d..%d %v", lo, hi, ok)
@@ -315,7 +323,7 @@ func TestChunkQueue(t *testing.T) {
 	if _, ok := q.takeFront(); ok {
 		t.Fatal("a closed queue hands out an index")
 	}
-	if _, ok := newChunkQueue(0).takeBack(); ok {
+	if _, _, ok := newChunkQueue(0).takeBackN(1); ok {
 		t.Fatal("an empty queue hands out an index")
 	}
 }
