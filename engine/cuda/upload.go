@@ -281,8 +281,7 @@ func (b *Backend) releaseStaging() error {
 }
 
 // releaseRing releases the ring and the copy engine's streams and slot
-// registrations (the "staging" background item), and what is left if no
-// in-place registration is.
+// registrations (the "staging" background item).
 func (b *Backend) releaseRing() error {
 	st := b.staging
 	if st == nil {
@@ -292,12 +291,19 @@ func (b *Backend) releaseRing() error {
 		st.dma.destroy()
 		st.dma = nil
 	}
-	err := st.ring.unmap()
-	if len(st.inPlace) == 0 {
-		b.staging = nil
-		err = errors.Join(err, st.maps.unmap())
+	return errors.Join(st.ring.unmap(), b.forgetStaging())
+}
+
+// forgetStaging unmaps the in-place mappings and drops b.staging once the
+// ring and every in-place registration are released (releaseRing,
+// releaseInPlaceStep), whichever went last.
+func (b *Backend) forgetStaging() error {
+	st := b.staging
+	if (st.ring != nil && st.ring.mem != nil) || len(st.inPlace) > 0 {
+		return nil
 	}
-	return err
+	b.staging = nil
+	return st.maps.unmap()
 }
 
 // The in-place copiers' registrations (~6 GB of a 4B-shaped checkpoint)
@@ -314,8 +320,7 @@ const (
 )
 
 // releaseInPlaceStep unregisters in-place ranges until budget bytes have
-// gone and reports whether none is left; with the last one go the
-// mappings, and the rest if the ring went before.
+// gone and reports whether none is left.
 func (b *Backend) releaseInPlaceStep(budget int64) (done bool, err error) {
 	st := b.staging
 	if st == nil {
@@ -335,12 +340,7 @@ func (b *Backend) releaseInPlaceStep(budget int64) (done bool, err error) {
 	if len(st.inPlace) > 0 {
 		return false, errors.Join(errs...)
 	}
-	errs = append(errs, st.maps.unmap())
-	st.maps = nil
-	if st.ring == nil || st.ring.mem == nil {
-		b.staging = nil
-	}
-	return true, errors.Join(errs...)
+	return true, errors.Join(append(errs, b.forgetStaging())...)
 }
 
 // inPlaceItems is how many "inplace" background items release st's
