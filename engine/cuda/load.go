@@ -28,6 +28,7 @@ type Starter struct {
 	initErr chan error      // cuda_init's result
 	blas    chan blasResult // the dlopened cuBLASLt
 	ring    chan ringResult // the staging ring (staged uploads only)
+	up      uploadConfig    // the staged upload's threads (Load resolves it, build runs by it)
 	pre     *prefault       // the in-place copiers' mappings, populated ahead (UploadPopulateEnv)
 	used    bool
 }
@@ -109,7 +110,10 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	s.used = true
 	b := s.b
 	err := checkOptions(ck, opts)
-	if up, _ := resolveUploadConfig(opts.ColdPageCache); err == nil && b.opts.Upload == UploadStaged && up.populate {
+	if err == nil {
+		s.up, err = resolveUploadConfig(opts.ColdPageCache) // build runs the upload by it
+	}
+	if err == nil && b.opts.Upload == UploadStaged && s.up.populate {
 		var files []string
 		for _, f := range ck.Files {
 			files = append(files, f.Path)
@@ -248,10 +252,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		inPlace      inPlaceStats
 		preMS, preGB float64 // the mappings populated ahead (prefault)
 	)
-	up, err := resolveUploadConfig(b.opts.ColdPageCache)
-	if err != nil {
-		return err
-	}
+	up := s.up
 	if ring != nil {
 		up.readers = min(up.readers, ring.slots()-stagingSlack)
 	}
