@@ -26,6 +26,9 @@ WORK=${WORK:-/tmp/treni-serve-bench}
 PRESET=${PRESET:-4b}
 PORT=${PORT:-18577}
 NREQ=${NREQ:-32}
+# STREAMS: the concurrent streams of part 1 (and of the variants), 64 by
+# default; 16 measures the batch sizes gemm_rows serves.
+STREAMS=${STREAMS:-64}
 PARTS=${PARTS:-"streams qps workloads prefix"}
 mkdir -p "$OUT/res" "$WORK"
 RES=$OUT/res
@@ -73,19 +76,19 @@ bench() { # stem, bench flags…
 		--record "$RES/$stem.jsonl" "$@" >"$RES/$stem.json" 2>>"$LOG"
 	say "bench $stem rc=$? in $((SECONDS - t0)) s"
 }
-# streams SUFFIX: 64 concurrent streams twice: after a warm-up run of the
+# streams SUFFIX: STREAMS (64) concurrent streams twice: after a warm-up run of the
 # same prompts (every prompt a prefix-cache hit: decode-bound), then with
 # fresh prompts (another seed: every prompt prefilled).
 streams() {
-	bench "streams64$1" --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
-	bench "streams64-fresh$1" --num-requests 64 --concurrency 64 --prompt-tokens 1024 --max-tokens 128 --seed 9001 --warmup-runs 0 --repeat-runs 1
+	bench "streams$STREAMS$1" --num-requests "$STREAMS" --concurrency "$STREAMS" --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
+	bench "streams$STREAMS-fresh$1" --num-requests "$STREAMS" --concurrency "$STREAMS" --prompt-tokens 1024 --max-tokens 128 --seed 9001 --warmup-runs 0 --repeat-runs 1
 }
 for part in $PARTS; do
 	case $part in
 	streams)
 		streams ""
 		sleep 1
-		say "kv blocks used after 64 streams: $(metric treni_kv_blocks_used)" ;;
+		say "kv blocks used after $STREAMS streams: $(metric treni_kv_blocks_used)" ;;
 	qps)
 		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128
 		bench qps --qps 1,2,4,8,12,16 --num-requests "$NREQ" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;

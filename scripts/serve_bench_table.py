@@ -6,6 +6,7 @@ usage: serve_bench_table.py RESULTS_DIR
 """
 import json
 import os
+import re
 import sys
 
 
@@ -31,15 +32,18 @@ def main():
     res = sys.argv[1]
     out = []
     # The main server, then each variant of gpu-serve-bench.sh (files
-    # streams64-fresh-<variant>.json), in the order the script ran them.
-    variants = sorted((f[len("streams64-fresh-"):-len(".json")] for f in os.listdir(res)
-                       if f.startswith("streams64-fresh-") and f.endswith(".json")),
-                      key=lambda v: os.path.getmtime(os.path.join(res, "streams64-fresh-%s.json" % v)))
-    streams = [("main", "fresh", load(res, "streams64-fresh")), ("main", "in prefix cache", load(res, "streams64"))]
+    # streams<N>-fresh-<variant>.json, N the script's STREAMS, 64 by
+    # default), in the order the script ran them.
+    n = next((m.group(1) for m in (re.match(r"streams(\d+)-fresh\.json$", f) for f in sorted(os.listdir(res))) if m), "64")
+    stem = "streams%s" % n
+    variants = sorted((f[len(stem + "-fresh-"):-len(".json")] for f in os.listdir(res)
+                       if f.startswith(stem + "-fresh-") and f.endswith(".json")),
+                      key=lambda v: os.path.getmtime(os.path.join(res, "%s-fresh-%s.json" % (stem, v))))
+    streams = [("main", "fresh", load(res, stem + "-fresh")), ("main", "in prefix cache", load(res, stem))]
     for v in variants:
-        streams += [(v, "fresh", load(res, "streams64-fresh-" + v)), (v, "in prefix cache", load(res, "streams64-" + v))]
+        streams += [(v, "fresh", load(res, stem + "-fresh-" + v)), (v, "in prefix cache", load(res, stem + "-" + v))]
     if any(r for _, _, r in streams):
-        out += ["### 64 concurrent streams, 1024 in / 128 out", "",
+        out += ["### %s concurrent streams, 1024 in / 128 out" % n, "",
                 row(["server", "prompts", "output tok/s", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p50 (ms)", "ITL p99 (ms)", "failed"]),
                 row(["---", "---"] + ["--:"] * 6)]
         for k, p, r in streams:
