@@ -26,14 +26,17 @@ import (
 // feeds the copy engine at ~53 GB/s alone and 45–47 GB/s beside the
 // readers, for ~30 ms of registration a GiB (RegisteredFileCopy).
 //
-// With UploadInPlaceEnv set, the upload runs both: the readers take read
+// For a checkpoint of at least inPlaceMinBytes from a warm page cache
+// (defaultUploadConfig), or with UploadInPlaceEnv set, the upload runs
+// both: the readers take read
 // chunks from the front of one queue (chunkQueue) while in-place copiers,
 // each on a thread of its own, take them from the back, register the
 // chunks' pages and enqueue their copies on a stream of their own.
 // Whichever path is faster on this host takes more chunks; the two meet
 // where the last one is taken. Nothing is unregistered until the upload
 // is over, and then only in background steps that wait for the server to
-// pause (releaseInPlaceStep): unregistering ~6 GB costs ~55 ms idle and
+// pause, or under steady load for a deadline (releaseInPlaceStep,
+// inPlaceWait): unregistering ~6 GB costs ~55 ms idle and
 // stalled a server under load 120–200 ms when done in one item;
 // unregistering each unit as soon as it was copied took the 8 GB upload
 // from 41 to 28 GB/s, and unregistering on the copiers' threads right

@@ -103,20 +103,36 @@ const (
 // interleave more streams on the disk: coldReaders read (8 read the
 // 4B-shaped checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
 //
-// In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
-// two of them, with the readers two cores fewer each and their mappings
-// populated ahead, took the upload from 33–35 to 40–41 GB/s and the first
-// token 20–55 ms sooner on most hosts (on one, nothing). But until the
-// server first pauses (releaseInPlaceStep) the whole checkpoint's page
-// cache stays page-locked and counts in the RSS, a cost that grows with
-// the model and that a server under steady load never stops paying; and
-// on the 1.2 GB checkpoint they lost (docs/BENCHMARKS.md).
-func defaultUploadConfig(cold bool) uploadConfig {
+// In-place copiers (inplace.go) run by default for a checkpoint of at
+// least inPlaceMinBytes whose page cache is warm: defaultCopiers of them,
+// the readers two cores fewer each, their mappings populated ahead. On
+// the 8 GB checkpoint they took the upload from 33–35 to 40–41 GB/s and
+// the first token 20–55 ms sooner on five of six H100 hosts (on one,
+// nothing); on the 1.2 GB one they lost (26.9 → 18.7 GB/s), their
+// registration's fixed costs outweighing a ~45 ms upload
+// (docs/BENCHMARKS.md). What they cost: the registered page cache stays
+// page-locked and counts in the process's RSS until the background
+// releases it, at the server's first pause, or at most
+// stagingForceAfter after it could start under steady load
+// (releaseInPlaceStep).
+func defaultUploadConfig(cold bool, weightBytes int64) uploadConfig {
 	if cold {
 		return uploadConfig{readers: coldReaders, unitMB: defaultInPlaceUnitMB}
 	}
-	return uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
+	t := uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
+	if weightBytes >= inPlaceMinBytes {
+		t.inPlace = defaultCopiers
+	}
+	return t
 }
+
+// defaultCopiers and inPlaceMinBytes: the in-place copiers a warm upload
+// runs by default, and the smallest checkpoint it runs them for (the
+// smallest measured win was at 8 GB, the loss at 1.2 GB).
+const (
+	defaultCopiers  = 2
+	inPlaceMinBytes = 4 << 30
+)
 
 // maxReaders is the most readers a warm upload runs by default (the ring
 // holds a slot for each, plus stagingSlack).
@@ -124,11 +140,12 @@ func maxReaders() int { return min(16, max(4, runtime.NumCPU()-2)) }
 
 const coldReaders = 8
 
-// resolveUploadConfig is defaultUploadConfig(cold) with the environment's
-// overrides for a warm page cache. In-place copiers asked for without a
-// reader count take two readers' cores each.
-func resolveUploadConfig(cold bool) (uploadConfig, error) {
-	t := defaultUploadConfig(cold)
+// resolveUploadConfig is defaultUploadConfig(cold, weightBytes) with the
+// environment's overrides for a warm page cache. In-place copiers, by
+// default or asked for, take two readers' cores each unless a reader
+// count is given.
+func resolveUploadConfig(cold bool, weightBytes int64) (uploadConfig, error) {
+	t := defaultUploadConfig(cold, weightBytes)
 	if cold {
 		return t, nil
 	}
@@ -149,7 +166,7 @@ func resolveUploadConfig(cold bool) (uploadConfig, error) {
 		*o.v = n
 	}
 	if t.inPlace > 0 && os.Getenv(UploadReadersEnv) == "" {
-		t.readers = max(4, t.readers-2*t.inPlace)
+		t.readers = max(4, maxReaders()-2*t.inPlace)
 	}
 	switch v := os.Getenv(UploadPopulateEnv); v {
 	case "":
@@ -313,11 +330,34 @@ func (b *Backend) forgetStaging() error {
 // once the steps have paused for stagingQuiet: a burst is not stalled, a
 // request arriving during a step waits for that step only, and the
 // process's RSS (the registered file pages count while mapped) falls back
-// at the first pause.
+// at the first pause. A server under steady load from its start never
+// pauses: stagingForceAfter after the first step could have run, the
+// steps run between two steps anyway, at most one every stagingForceGap,
+// so the page cache is unpinned within a bounded time at the cost of a
+// short stall a step (inPlaceWait).
 const (
 	stagingReleaseBytes = 512 << 20
 	stagingQuiet        = 100 * time.Millisecond
+	stagingForceAfter   = 2 * time.Second
+	stagingForceGap     = 250 * time.Millisecond
 )
+
+// inPlaceWait is how much longer an in-place release step waits, now,
+// given when the steps last finished (lastDone), when the first release
+// step became due (due) and when the last one ended (last, zero for
+// none): until the steps have paused for stagingQuiet, or, from
+// stagingForceAfter after due, until stagingForceGap after the last
+// step. 0 or less: run it (once no step is pending).
+func inPlaceWait(now, lastDone, due, last time.Time) time.Duration {
+	quiet := stagingQuiet - now.Sub(lastDone)
+	if now.Sub(due) < stagingForceAfter {
+		return min(quiet, stagingForceAfter-now.Sub(due))
+	}
+	if last.IsZero() {
+		return 0
+	}
+	return min(quiet, stagingForceGap-now.Sub(last))
+}
 
 // releaseInPlaceStep unregisters in-place ranges until budget bytes have
 // gone and reports whether none is left.

@@ -259,6 +259,8 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		yields, ran      int
 		gemms, graphed   int
 		errs             []error
+		due, lastInPlace time.Time // when the first in-place step was due; when the last one ended
+		forced           int       // in-place steps that ran without a pause (inPlaceWait)
 	)
 	for _, it := range items {
 		if gate != nil {
@@ -271,15 +273,22 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 			}
 		}
 		// Let every waiting step go first; the in-place release also
-		// waits for the steps to have paused for stagingQuiet.
+		// waits for the steps to have paused for stagingQuiet, or under
+		// steady load for its deadline (inPlaceWait).
+		if it.what == "inplace" && due.IsZero() {
+			due = time.Now()
+		}
+		quiet := true
 		for {
 			wait := 200 * time.Microsecond
 			if b.pending.Load() == 0 {
 				if it.what != "inplace" {
 					break
 				}
-				wait = stagingQuiet - time.Since(time.Unix(0, b.lastDone.Load()))
+				now, lastDone := time.Now(), time.Unix(0, b.lastDone.Load())
+				wait = inPlaceWait(now, lastDone, due, lastInPlace)
 				if wait <= 0 {
+					quiet = now.Sub(lastDone) >= stagingQuiet
 					break
 				}
 			}
@@ -303,6 +312,12 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		took := time.Since(ti)
 		maxItem = max(maxItem, took)
 		b.mu.Unlock()
+		if it.what == "inplace" {
+			lastInPlace = time.Now()
+			if !quiet {
+				forced++
+			}
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %d: %w", it.what, it.rows, err))
 			if ctx.Err() != nil {
@@ -329,6 +344,9 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	}
 	if staging > 0 {
 		attrs["staging_release_ms"] = durMS(staging)
+	}
+	if !due.IsZero() {
+		attrs["inplace_forced_steps"] = forced
 	}
 	if err := errors.Join(errs...); err != nil {
 		attrs["error"] = err.Error()

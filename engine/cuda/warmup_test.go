@@ -170,3 +170,83 @@ func TestWarmBackgroundInPlaceWaitsForQuiet(t *testing.T) {
 		}
 	})
 }
+
+// TestInPlaceWait: an in-place release step waits for a stagingQuiet
+// pause until stagingForceAfter has passed since the first step was due;
+// after that, for stagingForceGap after the previous step, or for the
+// pause if it comes sooner.
+func TestInPlaceWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, c := range []struct {
+		name                 string
+		now, done, due, last time.Time
+		want                 time.Duration
+	}{
+		{"a step just ended, release just due", ms(0), ms(0), ms(0), time.Time{}, stagingQuiet},
+		{"paused long enough", ms(500), ms(300), ms(0), time.Time{}, stagingQuiet - 200*time.Millisecond},
+		{"steady load, before the deadline", ms(1000), ms(995), ms(0), time.Time{}, stagingQuiet - 5*time.Millisecond},
+		{"steady load, the deadline nearer than the pause", ms(1950), ms(1990), ms(0), time.Time{}, 50 * time.Millisecond},
+		{"steady load, past the deadline, first forced step", ms(2000), ms(1999), ms(0), time.Time{}, 0},
+		{"steady load, past the deadline, 100 ms after a step (the next pause could come sooner than the gap)", ms(2400), ms(2399), ms(0), ms(2300), stagingQuiet - time.Millisecond},
+		{"steady load, past the deadline, 200 ms after a step", ms(2500), ms(2499), ms(0), ms(2300), stagingForceGap - 200*time.Millisecond},
+		{"past the deadline, a pause sooner than the gap", ms(2400), ms(2350), ms(0), ms(2390), stagingQuiet - 50*time.Millisecond},
+		{"past the deadline, the gap over", ms(2600), ms(2599), ms(0), ms(2300), stagingForceGap - 300*time.Millisecond},
+	} {
+		if got := inPlaceWait(c.now, c.done, c.due, c.last); got != c.want {
+			t.Errorf("%s: inPlaceWait = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestWarmBackgroundInPlaceUnderSteadyLoad: with a step finishing every
+// 20 ms and no pause for 30 s, the in-place release still runs within
+// the load: no step before stagingForceAfter, then one step per
+// stagingForceGap at most, each counted as forced in the background
+// stage.
+func TestWarmBackgroundInPlaceUnderSteadyLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stages []StageRecord
+		b := &Backend{r: NewRunner(), opts: BackendOptions{Stage: func(r StageRecord) { stages = append(stages, r) }}}
+		defer b.r.Close()
+		start := time.Now()
+		ctx, stop := context.WithCancel(context.Background())
+		loadDone := make(chan struct{})
+		defer func() { stop(); <-loadDone }()
+		// The load lasts loadFor: a release that waits for a pause runs
+		// only after it, and fails the test rather than hanging it.
+		const loadFor = 30 * time.Second
+		go func() {
+			defer close(loadDone)
+			for ctx.Err() == nil && time.Since(start) < loadFor {
+				b.lastDone.Store(time.Now().UnixNano())
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		var ranAt []time.Duration
+		b.warmBackground(context.Background(), []warmItem{{what: "staging"}, {what: "inplace"}, {what: "inplace"}, {what: "inplace"}},
+			func(_ context.Context, it warmItem) error {
+				if it.what == "inplace" {
+					ranAt = append(ranAt, time.Since(start))
+				}
+				return nil
+			}, nil)
+		if len(ranAt) != 3 {
+			t.Fatalf("%d of 3 in-place steps ran", len(ranAt))
+		}
+		if last := ranAt[len(ranAt)-1]; last >= loadFor {
+			t.Errorf("the last in-place step ran %v after start, after the load ended: it waited for a pause", last)
+		}
+		if ranAt[0] < stagingForceAfter {
+			t.Errorf("the first forced step ran %v after start, before the %v deadline", ranAt[0], stagingForceAfter)
+		}
+		for i := 1; i < len(ranAt); i++ {
+			if gap := ranAt[i] - ranAt[i-1]; gap < stagingForceGap {
+				t.Errorf("in-place steps %d and %d ran %v apart, less than %v", i-1, i, gap, stagingForceGap)
+			}
+		}
+		if len(stages) != 1 || stages[0].Attrs["inplace_forced_steps"] != 3 {
+			t.Errorf("background stage: %+v, want inplace_forced_steps 3", stages)
+		}
+	})
+}
