@@ -26,9 +26,7 @@ import (
 // feeds the copy engine at ~53 GB/s alone and 45–47 GB/s beside the
 // readers, for ~30 ms of registration a GiB (RegisteredFileCopy).
 //
-// For a checkpoint of at least inPlaceMinBytes from a warm page cache
-// (defaultUploadConfig), or with UploadInPlaceEnv set, the upload runs
-// both: the readers take read
+// With UploadInPlaceEnv set, the upload runs both: the readers take read
 // chunks from the front of one queue (chunkQueue) while in-place copiers,
 // each on a thread of its own, take them from the back, register the
 // chunks' pages and enqueue their copies on a stream of their own.

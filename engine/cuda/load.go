@@ -83,9 +83,7 @@ func Start(opts BackendOptions) (*Starter, error) {
 		lib, err := openBLASLib()
 		s.blas <- blasResult{lib, err, msSince(t)}
 	}()
-	// The ring is sized before the checkpoint is known: for readers only,
-	// the most a warm upload runs.
-	up, err := resolveUploadConfig(false, 0)
+	up, err := resolveUploadConfig(false)
 	if err != nil {
 		return nil, err
 	}
@@ -102,15 +100,6 @@ func Start(opts BackendOptions) (*Starter, error) {
 	return s, nil
 }
 
-// checkpointBytes is the size of ck's weight files.
-func checkpointBytes(ck *model.Checkpoint) int64 {
-	var n int64
-	for _, f := range ck.Files {
-		n += f.Size
-	}
-	return n
-}
-
 // Load finishes the backend over ck with opts (opts.Device and the fields
 // of envOptions are the ones Start settled). On error everything Start
 // began is released.
@@ -122,7 +111,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	b := s.b
 	err := checkOptions(ck, opts)
 	if err == nil {
-		s.up, err = resolveUploadConfig(opts.ColdPageCache, checkpointBytes(ck)) // build runs the upload by it
+		s.up, err = resolveUploadConfig(opts.ColdPageCache) // build runs the upload by it
 	}
 	if err == nil && b.opts.Upload == UploadStaged && s.up.populate {
 		var files []string

@@ -103,36 +103,22 @@ const (
 // interleave more streams on the disk: coldReaders read (8 read the
 // 4B-shaped checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
 //
-// In-place copiers (inplace.go) run by default for a checkpoint of at
-// least inPlaceMinBytes whose page cache is warm: defaultCopiers of them,
-// the readers two cores fewer each, their mappings populated ahead. On
-// the 8 GB checkpoint they took the upload from 33–35 to 40–41 GB/s and
-// the first token 20–55 ms sooner on five of six H100 hosts (on one,
-// nothing); on the 1.2 GB one they lost (26.9 → 18.7 GB/s), their
-// registration's fixed costs outweighing a ~45 ms upload
-// (docs/BENCHMARKS.md). What they cost: the registered page cache stays
-// page-locked and counts in the process's RSS until the background
-// releases it, at the server's first pause, or at most
-// stagingForceAfter after it could start under steady load
-// (releaseInPlaceStep).
-func defaultUploadConfig(cold bool, weightBytes int64) uploadConfig {
+// In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
+// two of them, with the readers two cores fewer each and their mappings
+// populated ahead, took the upload from 33–35 to 39–41 GB/s and the first
+// token 11–55 ms sooner (on one host of seven, nothing). But until the
+// background releases it (releaseInPlaceStep: at the server's first
+// pause, or stagingForceAfter after it could start under steady load) the
+// checkpoint's page cache stays page-locked and counts in the RSS: 8.7 GB
+// instead of 0.65 when the server is healthy, and still in the RSS when a
+// short session ends; and on the 1.2 GB checkpoint they lost
+// (docs/BENCHMARKS.md).
+func defaultUploadConfig(cold bool) uploadConfig {
 	if cold {
 		return uploadConfig{readers: coldReaders, unitMB: defaultInPlaceUnitMB}
 	}
-	t := uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
-	if weightBytes >= inPlaceMinBytes {
-		t.inPlace = defaultCopiers
-	}
-	return t
+	return uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
 }
-
-// defaultCopiers and inPlaceMinBytes: the in-place copiers a warm upload
-// runs by default, and the smallest checkpoint it runs them for (the
-// smallest measured win was at 8 GB, the loss at 1.2 GB).
-const (
-	defaultCopiers  = 2
-	inPlaceMinBytes = 4 << 30
-)
 
 // maxReaders is the most readers a warm upload runs by default (the ring
 // holds a slot for each, plus stagingSlack).
@@ -140,12 +126,11 @@ func maxReaders() int { return min(16, max(4, runtime.NumCPU()-2)) }
 
 const coldReaders = 8
 
-// resolveUploadConfig is defaultUploadConfig(cold, weightBytes) with the
-// environment's overrides for a warm page cache. In-place copiers, by
-// default or asked for, take two readers' cores each unless a reader
-// count is given.
-func resolveUploadConfig(cold bool, weightBytes int64) (uploadConfig, error) {
-	t := defaultUploadConfig(cold, weightBytes)
+// resolveUploadConfig is defaultUploadConfig(cold) with the environment's
+// overrides for a warm page cache. In-place copiers asked for without a
+// reader count take two readers' cores each.
+func resolveUploadConfig(cold bool) (uploadConfig, error) {
+	t := defaultUploadConfig(cold)
 	if cold {
 		return t, nil
 	}
@@ -166,7 +151,7 @@ func resolveUploadConfig(cold bool, weightBytes int64) (uploadConfig, error) {
 		*o.v = n
 	}
 	if t.inPlace > 0 && os.Getenv(UploadReadersEnv) == "" {
-		t.readers = max(4, maxReaders()-2*t.inPlace)
+		t.readers = max(4, t.readers-2*t.inPlace)
 	}
 	switch v := os.Getenv(UploadPopulateEnv); v {
 	case "":

@@ -334,55 +334,41 @@ func TestUploadConfig(t *testing.T) {
 	for _, e := range []string{UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv} {
 		t.Setenv(e, "")
 	}
-	const small, large = 1200 << 20, 8 << 30
-	if c, err := resolveUploadConfig(false, small); err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate {
-		t.Fatalf("defaults, 1.2 GB: %+v %v", c, err)
-	}
-	// From inPlaceMinBytes on, two copiers by default, the readers two
-	// cores fewer each.
-	want := uploadConfig{readers: max(4, maxReaders()-4), inPlace: 2, unitMB: defaultInPlaceUnitMB, populate: true}
-	if c, err := resolveUploadConfig(false, large); err != nil || c != want {
-		t.Fatalf("defaults, 8 GB: %+v %v, want %+v", c, err, want)
-	}
-	if c, err := resolveUploadConfig(false, inPlaceMinBytes-1); err != nil || c.inPlace != 0 {
-		t.Fatalf("defaults just under %d bytes: %+v %v", inPlaceMinBytes, c, err)
-	}
-	t.Setenv(UploadInPlaceEnv, "0")
-	if c, err := resolveUploadConfig(false, large); err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate {
-		t.Fatalf("8 GB, copiers off: %+v %v", c, err)
+	if c, err := resolveUploadConfig(false); err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate {
+		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	t.Setenv(UploadInPlaceEnv, "2")
-	if c, err := resolveUploadConfig(false, small); err != nil || c != want {
-		t.Fatalf("two copiers asked for, 1.2 GB: %+v %v", c, err)
+	if c, err := resolveUploadConfig(false); err != nil || c.readers != max(4, maxReaders()-4) || c.inPlace != 2 || c.unitMB != defaultInPlaceUnitMB || !c.populate {
+		t.Fatalf("two copiers: %+v %v", c, err)
 	}
 	t.Setenv(UploadPopulateEnv, "0")
-	if c, err := resolveUploadConfig(false, small); err != nil || c.populate || c.inPlace != 2 {
+	if c, err := resolveUploadConfig(false); err != nil || c.populate || c.inPlace != 2 {
 		t.Fatalf("populating off: %+v %v", c, err)
 	}
 	t.Setenv(UploadPopulateEnv, "1")
 	t.Setenv(UploadInPlaceEnv, "0")
-	if c, err := resolveUploadConfig(false, small); err != nil || c.populate {
+	if c, err := resolveUploadConfig(false); err != nil || c.populate {
 		t.Fatalf("populating with no copier to use it: %+v %v", c, err)
 	}
 	t.Setenv(UploadPopulateEnv, "yes")
-	if _, err := resolveUploadConfig(false, small); err == nil || !strings.Contains(err.Error(), UploadPopulateEnv) {
+	if _, err := resolveUploadConfig(false); err == nil || !strings.Contains(err.Error(), UploadPopulateEnv) {
 		t.Fatalf("populate=yes: %v", err)
 	}
 	t.Setenv(UploadPopulateEnv, "")
 	t.Setenv(UploadReadersEnv, "0")
 	t.Setenv(UploadInPlaceEnv, "3")
 	t.Setenv(UploadInPlaceUnitEnv, "256")
-	if c, err := resolveUploadConfig(false, small); err != nil || c != (uploadConfig{readers: 0, inPlace: 3, unitMB: 256, populate: true}) {
+	if c, err := resolveUploadConfig(false); err != nil || c != (uploadConfig{readers: 0, inPlace: 3, unitMB: 256, populate: true}) {
 		t.Fatalf("in place only: %+v %v", c, err)
 	}
-	if c, err := resolveUploadConfig(true, large); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate {
+	if c, err := resolveUploadConfig(true); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate {
 		t.Fatalf("cold: %+v %v", c, err)
 	}
 	for _, bad := range [][3]string{{"0", "0", ""}, {"x", "1", ""}, {"-1", "1", ""}, {"4", "17", ""}, {"65", "0", ""}, {"4", "2", "24"}, {"4", "2", "8192"}, {"4", "2", "0"}} {
 		t.Setenv(UploadReadersEnv, bad[0])
 		t.Setenv(UploadInPlaceEnv, bad[1])
 		t.Setenv(UploadInPlaceUnitEnv, bad[2])
-		if _, err := resolveUploadConfig(false, small); err == nil || !strings.Contains(err.Error(), "TRENI_CUDA_UPLOAD_") {
+		if _, err := resolveUploadConfig(false); err == nil || !strings.Contains(err.Error(), "TRENI_CUDA_UPLOAD_") {
 			t.Fatalf("readers %q, in place %q, unit %q: %v", bad[0], bad[1], bad[2], err)
 		}
 	}
