@@ -477,6 +477,14 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// ownAllocs are the device allocations the backend owns, each freed once
+// by free (the other DevicePtr fields point into these:
+// TestOwnAllocsCoverDeviceFields keeps the two lists apart).
+func (b *Backend) ownAllocs() []*DevicePtr {
+	return []*DevicePtr{&b.weights, &b.smalls, &b.kv, &b.x, &b.h, &b.qkv, &b.att, &b.gu, &b.act, &b.rope, &b.lmX, &b.logitsD,
+		&b.meta, &b.sampleD, &b.flashD}
+}
+
 // free runs on the runner thread and releases whatever was created.
 func (b *Backend) free() error {
 	var errs []error
@@ -491,9 +499,9 @@ func (b *Backend) free() error {
 	keep(b.releaseStaging())
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
-	for _, p := range []DevicePtr{b.weights, b.smalls, b.kv, b.x, b.h, b.qkv, b.att, b.gu, b.act, b.lmX, b.logitsD, b.meta, b.sampleD, b.flashD} {
-		if p != 0 {
-			keep(b.c.Free(p))
+	for _, p := range b.ownAllocs() {
+		if *p != 0 {
+			keep(b.c.Free(*p))
 		}
 	}
 	if b.metaHost.Ptr != nil {

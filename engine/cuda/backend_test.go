@@ -3,9 +3,11 @@ package cuda
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/model/synth"
@@ -490,4 +492,35 @@ func synthCheckpoint(t *testing.T, arch, preset string, seed uint64, dtype strin
 		t.Fatal(err)
 	}
 	return ck
+}
+
+// TestOwnAllocsCoverDeviceFields: every DevicePtr field of Backend is
+// either an allocation free releases (ownAllocs) or a pointer into one of
+// them, listed here; a new allocation left out of ownAllocs (the step's
+// RoPE table once was) fails this instead of leaking device memory on
+// Close.
+func TestOwnAllocsCoverDeviceFields(t *testing.T) {
+	into := map[string]string{"embed": "weights", "lmHead": "weights", "finalNorm": "smalls", "invFreq": "smalls"}
+	var b Backend
+	owned := map[uintptr]bool{}
+	for _, p := range b.ownAllocs() {
+		owned[uintptr(unsafe.Pointer(p))] = true
+	}
+	v := reflect.ValueOf(&b).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if f.Type != reflect.TypeOf(DevicePtr(0)) {
+			continue
+		}
+		own := owned[v.Field(i).Addr().Pointer()]
+		switch _, sub := into[f.Name]; {
+		case own && sub:
+			t.Errorf("%s points into %s but ownAllocs frees it too", f.Name, into[f.Name])
+		case !own && !sub:
+			t.Errorf("Backend.%s is a device pointer that ownAllocs does not free: add it there, or to this test's list if it points into another allocation", f.Name)
+		}
+	}
+	if len(owned) != len(b.ownAllocs()) {
+		t.Errorf("ownAllocs lists an allocation twice")
+	}
 }
