@@ -27,7 +27,7 @@ PRESET=${PRESET:-4b}
 PORT=${PORT:-18577}
 NREQ=${NREQ:-32}
 # STREAMS: the concurrent streams of part 1 (and of the variants), 64 by
-# default; 16 measures the batch sizes gemm_rows serves.
+# default (16: the decode batches of a moderately loaded server).
 STREAMS=${STREAMS:-64}
 PARTS=${PARTS:-"streams qps workloads prefix"}
 mkdir -p "$OUT/res" "$WORK"

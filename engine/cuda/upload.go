@@ -106,7 +106,7 @@ const (
 // In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
 // two of them, with the readers two cores fewer each and their mappings
 // populated ahead, took the upload from 33–35 to 39–41 GB/s and the first
-// token 11–55 ms sooner (on one host of seven, nothing). But until the
+// token 11–55 ms sooner (on one host of nine, nothing). But until the
 // background releases it (releaseInPlaceStep: at the server's first
 // pause, or stagingForceAfter after it could start under steady load) the
 // checkpoint's page cache stays page-locked and counts in the RSS: 8.7 GB
