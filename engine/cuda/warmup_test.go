@@ -210,6 +210,10 @@ func TestWarmBackgroundInPlaceUnderSteadyLoad(t *testing.T) {
 		b := &Backend{r: NewRunner(), opts: BackendOptions{Stage: func(r StageRecord) { stages = append(stages, r) }}}
 		defer b.r.Close()
 		start := time.Now()
+		// A step has just finished when the release becomes due: stored
+		// here, not left to the load goroutine, which may run after the
+		// background's first look (lastDone 0 would read as a long pause).
+		b.lastDone.Store(start.UnixNano())
 		ctx, stop := context.WithCancel(context.Background())
 		loadDone := make(chan struct{})
 		defer func() { stop(); <-loadDone }()
