@@ -73,6 +73,12 @@ type BackendOptions struct {
 	// those whose 16-feature blocks would be at most 1.5 per SM
 	// (SkinnyNarrowAuto); SkinnyNarrowEnv overrides it.
 	SkinnyNarrow string
+	// DecodeAttention is DecodeAttentionOn (the default) or
+	// DecodeAttentionOff: whether a step whose warp tiles each hold one
+	// token (a decode step) runs them on attn_dec, where the shape has it
+	// (FlashDecodeKernel), rather than attn_mma_w1; DecodeAttentionEnv
+	// overrides it.
+	DecodeAttention string
 	// RunnerSpin is RunnerSpinOn (the default) or RunnerSpinOff: whether,
 	// once loaded and with four or more Go processors, the backend's CUDA
 	// thread and its callers poll for each other's hand-over instead of
@@ -392,6 +398,23 @@ func skinnyNarrowN(mode string, sms int) int {
 		return 0
 	}
 	return SkinnyNarrowAuto(sms)
+}
+
+// Settings of BackendOptions.DecodeAttention.
+const (
+	DecodeAttentionOn  = "on"
+	DecodeAttentionOff = "off"
+)
+
+// DecodeAttentionEnv overrides BackendOptions.DecodeAttention when set (on
+// or off), so benchmarks can compare attn_dec with attn_mma_w1 on one
+// binary.
+const DecodeAttentionEnv = "TRENI_CUDA_ATTN_DEC"
+
+// decodeAttentionMode resolves BackendOptions.DecodeAttention and
+// DecodeAttentionEnv.
+func decodeAttentionMode(opt string) (string, error) {
+	return envChoice("decode attention", DecodeAttentionEnv, opt, DecodeAttentionOn, DecodeAttentionOff)
 }
 
 // SkinnyAutoRows is the most rows GemmAuto gives gemm_skinny once

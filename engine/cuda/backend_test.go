@@ -32,7 +32,7 @@ func TestStepMetaLayout(t *testing.T) {
 		// 1-token tiles (warp tiles) first
 		2, 1, 3, 1, 0, 2, 0, 0,
 	}
-	if wt := (FlashTiles{Warp: 2, Big: 1, BigKeys: 5}); !slices.Equal(m, want) || ft != wt {
+	if wt := (FlashTiles{Warp: 2, Big: 1, BigKeys: 5, Single: true}); !slices.Equal(m, want) || ft != wt {
 		t.Fatalf("eager meta\n got %v (%+v)\nwant %v (%+v)", m, ft, want, wt)
 	}
 	// Graph bucket of 4 rows for a 2-sequence decode, stride 3: padding rows
@@ -50,7 +50,7 @@ func TestStepMetaLayout(t *testing.T) {
 		5, 2, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0,
 		0, 1, 1, 1, 2, 1, 3, 1, // one tile per row, padding rows included: a bucket's tile count is fixed
 	}
-	if wt := (FlashTiles{Warp: 4}); !slices.Equal(g, want) || ft != wt {
+	if wt := (FlashTiles{Warp: 4, Single: true}); !slices.Equal(g, want) || ft != wt {
 		t.Fatalf("graph meta\n got %v (%+v)\nwant %v (%+v: all warp tiles)", g, ft, want, wt)
 	}
 	// A mixed step, Tm = 8 rows: a 5-token chunk (a tile of 4, warp tiles
@@ -61,7 +61,7 @@ func TestStepMetaLayout(t *testing.T) {
 		{SeqID: 2, Tokens: []int32{6}, Pos: 9, Blocks: []int32{2, 3, 4}},
 	}}
 	x, ft := stepMeta(nil, mix, 4, 8, 2, 3, 4, 2, 2)
-	if got, want, wt := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}, (FlashTiles{Warp: 4, Big: 1, BigKeys: 4}); !slices.Equal(got, want) || ft != wt {
+	if got, want, wt := x[metaLen(8, 2, 3)-16:], []int32{4, 1, 5, 1, 6, 1, 7, 1, 0, 4, 0, 0, 0, 0, 0, 0}, (FlashTiles{Warp: 4, Big: 1, BigKeys: 4, Single: true}); !slices.Equal(got, want) || ft != wt {
 		t.Fatalf("mixed tiles %v (%+v), want %v (%+v)", got, ft, want, wt)
 	}
 	// Big tiles longest first, across sequences: a 6-token chunk at
@@ -77,7 +77,8 @@ func TestStepMetaLayout(t *testing.T) {
 	// Rows: chunk 0..5 (positions 10..15), prompt 6..14, padding 15. Tiles:
 	// the warp tiles (chunk rows 4..5, prompt row 14, padding row 15), then
 	// the big ones ending at positions 13, 7, 3.
-	// The longest big tile ends at position 13: it sees 14 keys.
+	// The longest big tile ends at position 13: it sees 14 keys. A warp
+	// tile of two tokens: not Single (attn_dec takes one a tile).
 	if got, want, wt := l[metaLen(16, 2, 4)-32:][:12], []int32{4, 2, 14, 1, 15, 1, 0, 4, 10, 4, 6, 4}, (FlashTiles{Warp: 3, Big: 3, BigKeys: 14}); !slices.Equal(got, want) || ft != wt {
 		t.Fatalf("longest-first tiles %v (%+v), want %v (%+v)", got, ft, want, wt)
 	}
@@ -93,7 +94,7 @@ func TestStepMetaLayout(t *testing.T) {
 	}}
 	tr, ft := stepMeta(nil, three, 8, 24, 3, 7, 8, 1, 4)
 	wantTiles := []int32{21, 1, 22, 1, 23, 1, 19, 2, 16, 3, 8, 8, 0, 8}
-	if got, wt := tr[metaLen(24, 3, 7)-48:][:14], (FlashTiles{Warp: 3, Mid: 2, Big: 2, MidKeys: 42, BigKeys: 16}); !slices.Equal(got, wantTiles) || ft != wt {
+	if got, wt := tr[metaLen(24, 3, 7)-48:][:14], (FlashTiles{Warp: 3, Mid: 2, Big: 2, MidKeys: 42, BigKeys: 16, Single: true}); !slices.Equal(got, wantTiles) || ft != wt {
 		t.Fatalf("three forms: tiles %v (%+v), want %v (%+v)", got, ft, wantTiles, wt)
 	}
 }
@@ -174,8 +175,26 @@ func TestFlashSplits(t *testing.T) {
 		{"a 12-token tail at 860 keys beside 63 decodes", FlashTiles{Warp: 63, Mid: 1, MidKeys: 860}, FlashSplitCounts{2, 6, 1}},
 		{"64 decodes on four-warp blocks (flash4): 512 blocks, two waves already", FlashTiles{Big: 64, BigKeys: 1100}, FlashSplitCounts{1, 1, 1}},
 		{"no tiles at all", FlashTiles{}, FlashSplitCounts{1, 1, 1}},
+		{"64 decodes, no attn_dec residency: attn_mma_w1's", FlashTiles{Warp: 64, Single: true}, FlashSplitCounts{2, 1, 1}},
 	} {
 		if got := FlashSplits(a, res, c.t, 132); got != c.want {
+			t.Errorf("%s: FlashSplits(%+v) = %+v, want %+v", c.what, c.t, got, c.want)
+		}
+	}
+	// attn_dec (four-warp blocks, 4 an SM here) runs the warp tiles of a
+	// decode step, so its residency sizes their splits.
+	dres := FlashResidency{W1: 8, Mid: 2, W4: 2, Dec: 4}
+	for _, c := range []struct {
+		what string
+		t    FlashTiles
+		want FlashSplitCounts
+	}{
+		{"64-sequence decode on attn_dec: 512 blocks of 528 slots, one split", FlashTiles{Warp: 64, Single: true}, FlashSplitCounts{1, 1, 1}},
+		{"batch-1 decode on attn_dec: as many as allowed", FlashTiles{Warp: 1, Single: true}, FlashSplitCounts{16, 1, 1}},
+		{"16 decodes on attn_dec: 128 blocks, 4 splits", FlashTiles{Warp: 16, Single: true}, FlashSplitCounts{4, 1, 1}},
+		{"warp tiles of several tokens stay on attn_mma_w1", FlashTiles{Warp: 16}, FlashSplitCounts{8, 1, 1}},
+	} {
+		if got := FlashSplits(a, dres, c.t, 132); got != c.want {
 			t.Errorf("%s: FlashSplits(%+v) = %+v, want %+v", c.what, c.t, got, c.want)
 		}
 	}
@@ -191,7 +210,19 @@ func TestFlashSplits(t *testing.T) {
 	}
 	for warp := 1; warp <= 300; warp++ { // decode steps, graph buckets included
 		fits(FlashTiles{Warp: warp}, warp, warp)
+		fits(FlashTiles{Warp: warp, Single: true}, warp, warp)
 	}
+	// The scratch is sized by attn_mma_w1's residency; attn_dec's, no
+	// larger, gives no more splits.
+	b.flashRes = FlashResidency{W1: 8, Mid: 2, W4: 2, Dec: 4}
+	for warp := 1; warp <= 300; warp++ {
+		b.capScratch = b.flashScratchFor(warp)
+		want := FlashSplits(a, b.flashRes, FlashTiles{Warp: warp, Single: true}, b.info.SMs)
+		if got := b.flashSplits(warp, FlashTiles{Warp: warp, Single: true}); got != want {
+			t.Errorf("%d decodes on attn_dec: scratch allows %+v splits, FlashSplits %+v", warp, got, want)
+		}
+	}
+	b.flashRes = res
 	// Budget 2,048: 63 decodes and 1,985 prompt tokens (62 tiles of 32, one of 1 on a warp).
 	fits(FlashTiles{Warp: 64, Big: 62, BigKeys: 1985}, 2048, 2048)
 	fits(FlashTiles{Warp: 63, Big: 8, BigKeys: 1024}, 319, 2048) // 63 decodes beside a 256-token chunk: 2 and 4 splits
@@ -233,7 +264,7 @@ func TestMidTiling(t *testing.T) {
 		{"two 512-token chunks at 512: two waves behind their length", []sched.SeqChunk{chunk(512, 512), chunk(512, 512)}, FlashTiles{Big: 32, BigKeys: 1024}},
 		{"two 512-token prompts: 64 mid tiles", []sched.SeqChunk{chunk(512, 0), chunk(512, 0)}, FlashTiles{Mid: 64, MidKeys: 512}},
 		{"2 × 1,024 prompt tokens", []sched.SeqChunk{chunk(1024, 0), chunk(1024, 0)}, FlashTiles{Big: 64, BigKeys: 1024}},
-		{"63 decodes beside a 256-token chunk at 768", append(decodes(63), chunk(256, 768)), FlashTiles{Warp: 63, Mid: 16, MidKeys: 1024}},
+		{"63 decodes beside a 256-token chunk at 768", append(decodes(63), chunk(256, 768)), FlashTiles{Warp: 63, Mid: 16, MidKeys: 1024, Single: true}},
 		{"a 256-token chunk at 784: more than 3x its length before it", []sched.SeqChunk{chunk(256, 784)}, FlashTiles{Big: 8, BigKeys: 1040}},
 		{"a 1,024-token chunk at 3,072: two waves behind 3x its length", []sched.SeqChunk{chunk(1024, 3072)}, FlashTiles{Big: 32, BigKeys: 4096}},
 		{"a 1,024-token chunk at 512: two waves behind half its length", []sched.SeqChunk{chunk(1024, 512)}, FlashTiles{Mid: 64, MidKeys: 1536}},
@@ -243,7 +274,7 @@ func TestMidTiling(t *testing.T) {
 		{"a 12-token tail at 848 beside a 256-token prompt: one mid tile either way", []sched.SeqChunk{chunk(12, 848), chunk(256, 0)}, FlashTiles{Mid: 17, MidKeys: 860}},
 		{"a 40-token tail at 848 beside a 256-token prompt: the tail is cut too", []sched.SeqChunk{chunk(40, 848), chunk(256, 0)}, FlashTiles{Mid: 1, Big: 9, MidKeys: 888, BigKeys: 880}},
 		{"a 40-token prompt: two of 16 and one of 8", []sched.SeqChunk{chunk(40, 0)}, FlashTiles{Mid: 3, MidKeys: 40}},
-		{"64 decodes", decodes(64), FlashTiles{Warp: 64}},
+		{"64 decodes", decodes(64), FlashTiles{Warp: 64, Single: true}},
 	} {
 		bt := &sched.Batch{Seqs: c.seqs}
 		T := 0

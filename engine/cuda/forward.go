@@ -302,8 +302,10 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 	}
 	count[form(1)] += max(Tm-t, 0) // padding rows
 	next := [3]int{0, count[0], count[0] + count[1]}
+	single := true
 	tile := func(first, n int) {
 		f := form(n)
+		single = single && (f != 0 || n == 1)
 		tiles[2*next[f]], tiles[2*next[f]+1] = int32(first), int32(n)
 		next[f]++
 	}
@@ -346,7 +348,7 @@ func stepMeta(buf []int32, bt *sched.Batch, bs, Tm, tableRows, btStride, tileTok
 		return int(pos[tiles[2*from]+tiles[2*from+1]-1]) + 1
 	}
 	return m, FlashTiles{Warp: count[0], Mid: count[1], Big: count[2],
-		MidKeys: keys(count[0], count[1]), BigKeys: keys(count[0]+count[1], count[2])}
+		MidKeys: keys(count[0], count[1]), BigKeys: keys(count[0]+count[1], count[2]), Single: single && count[0] > 0}
 }
 
 // layoutMeta lays out the step's metadata (stepMeta) in b.hostMeta and
@@ -515,7 +517,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return k.PagedAttention(s, shape, args)
 		}
 		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, TileCounts: b.metaTiles,
-			Splits: splits, Scratch: b.flashD})
+			Splits: splits, Scratch: b.flashD, Decode: b.metaTiles.Single && b.flashRes.Dec > 0})
 	}
 	M := padRows(T, b.capT)
 	b.prof.mark(s, "embed")

@@ -57,7 +57,8 @@ type envOption struct {
 // values.
 func (o *BackendOptions) envOptions() []envOption {
 	return []envOption{{&o.Upload, uploadMode}, {&o.Attention, attentionMode}, {&o.Gemm, gemmMode}, {&o.PDL, pdlMode},
-		{&o.Fuse, fuseMode}, {&o.SkinnyNarrow, skinnyNarrowMode}, {&o.RunnerSpin, runnerSpinMode}}
+		{&o.Fuse, fuseMode}, {&o.SkinnyNarrow, skinnyNarrowMode}, {&o.DecodeAttention, decodeAttentionMode},
+		{&o.RunnerSpin, runnerSpinMode}}
 }
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
@@ -395,6 +396,13 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 		if b.flashRes, err = b.k.FlashResidency(b.cfg.HeadDim); err != nil {
 			return err
 		}
+		// attn_dec for the decode tiles where the shape has one, unless
+		// DecodeAttentionEnv turns it off (flashRes.Dec 0: attn_mma_w1).
+		if b.opts.DecodeAttention == DecodeAttentionOn {
+			if b.flashRes.Dec, err = b.k.DecodeResidency(b.attnShape()); err != nil {
+				return err
+			}
+		}
 	}
 	moduleMS := msSince(t0)
 	t1 := time.Now()
@@ -411,7 +419,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
 		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl,
-		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.Mid, b.flashRes.W4}})
+		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.Mid, b.flashRes.W4}, "attn_dec_blocks_per_sm": b.flashRes.Dec})
 	return nil
 }
 

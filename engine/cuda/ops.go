@@ -12,7 +12,7 @@ func KernelNames() []string {
 	return []string{
 		"embed_bf16", "rmsnorm", "add_rmsnorm", "add_f32", "bias_add_bf16", "bias_add_f32", "swiglu",
 		"rope_table", "qk_norm_rope_store", "paged_attention", "attn_mma_hd64", "attn_mma_hd128", "attn_mma_w1_hd64",
-		"attn_mma_w1_hd128", "attn_mma_mid_hd64", "attn_mma_mid_hd128", "attn_combine",
+		"attn_mma_w1_hd128", "attn_mma_mid_hd64", "attn_mma_mid_hd128", "attn_dec_g2", "attn_dec_g4", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
 		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu", "gemm_skinny_n8_m8",
 		"argmax_f32", "sample_f32",
@@ -347,8 +347,13 @@ func FlashMidTokens(a AttnShape) int { return flashWarps * FlashWarpTokens(a) }
 // (in this order in the tile list): Warp on one-warp blocks (attn_mma_w1),
 // Mid on four warps of one m-tile (attn_mma_mid), Big on four warps of two
 // m-tiles (attn_mma); MidKeys and BigKeys are the keys the longest tile of
-// the last two groups sees.
-type FlashTiles struct{ Warp, Mid, Big, MidKeys, BigKeys int }
+// the last two groups sees. Single says there are warp tiles and each
+// holds one token (a decode step's), so attn_dec may run them
+// (FlashDecodeKernel).
+type FlashTiles struct {
+	Warp, Mid, Big, MidKeys, BigKeys int
+	Single                           bool
+}
 
 // N is the number of tiles.
 func (t FlashTiles) N() int { return t.Warp + t.Mid + t.Big }
@@ -362,12 +367,42 @@ func (z FlashSplitCounts) max() int { return max(z.Warp, z.Mid, z.Big) }
 
 // FlashResidency is how many attn_mma blocks of each form one
 // multiprocessor holds at once: W1 one-warp blocks, Mid and W4 four-warp
-// ones (of one and of two m-tiles a warp). Registers and shared memory
+// ones (of one and of two m-tiles a warp); Dec the attn_dec blocks of the
+// shape's kernel (0: none, see FlashDecodeKernel). Registers and shared memory
 // decide it, so it is the driver's answer for the loaded kernels
 // (Kernels.FlashResidency), not a constant that a kernel change would
 // leave stale (on the H100, 8, 2 and 2 for head dim 128 as built in
 // November 2026).
-type FlashResidency struct{ W1, Mid, W4 int }
+type FlashResidency struct{ W1, Mid, W4, Dec int }
+
+// decThreads is DEC_WARPS · 32: attn_dec's block.
+const decThreads = 128
+
+// FlashDecodeKernel is the attn_dec kernel for shape a (head dim 128, a
+// GQA group of 2 or 4), "" when there is none: attn_mma_w1 then runs the
+// decode tiles.
+func FlashDecodeKernel(a AttnShape) string {
+	if a.HeadDim != 128 || a.KVHeads <= 0 {
+		return ""
+	}
+	switch a.Heads / a.KVHeads {
+	case 2:
+		return "attn_dec_g2"
+	case 4:
+		return "attn_dec_g4"
+	}
+	return ""
+}
+
+// DecodeResidency is how many attn_dec blocks of a's kernel one
+// multiprocessor holds, 0 when a has none.
+func (k *Kernels) DecodeResidency(a AttnShape) (int, error) {
+	name := FlashDecodeKernel(a)
+	if name == "" {
+		return 0, nil
+	}
+	return k.fn[name].ResidentBlocks(decThreads, 0)
+}
 
 // flashKernels are attn_mma's one-warp, mid and four-warp kernels for head
 // dim hd (64 or 128; FlashSupported).
@@ -423,7 +458,11 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 		return min(max(1, max(perSM, 1)*sms/(blocks*a.KVHeads)), flashMaxSplit)
 	}
 	keyed := func(perSM, blocks, keys int) int { return max(1, min(fill(perSM, blocks), keys/flashSplitKeys)) }
-	return FlashSplitCounts{Warp: fill(res.W1, t.Warp), Mid: keyed(res.Mid, t.Mid, t.MidKeys), Big: keyed(res.W4, t.Big, t.BigKeys)}
+	warp := res.W1
+	if t.Single && res.Dec > 0 {
+		warp = res.Dec // attn_dec runs them (FlashArgs.Decode)
+	}
+	return FlashSplitCounts{Warp: fill(warp, t.Warp), Mid: keyed(res.Mid, t.Mid, t.MidKeys), Big: keyed(res.W4, t.Big, t.BigKeys)}
 }
 
 // FlashMidTiling says whether a step cuts its chunks into mid tiles
@@ -488,6 +527,9 @@ type FlashArgs struct {
 	// Scratch holds FlashScratchBytes(shape, T, the largest split count)
 	// bytes when that is more than one split.
 	Scratch DevicePtr
+	// Decode runs the warp tiles on attn_dec (FlashDecodeKernel) rather
+	// than attn_mma_w1; TileCounts.Single must hold.
+	Decode bool
 }
 
 // FlashAttention is PagedAttention on the tensor cores (attn_mma in
@@ -523,7 +565,15 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 		return k.launchShared(name, Dim3{uint32(n), uint32(a.KVHeads), uint32(z)}, Dim3{uint32(warps) * 32, 1, 1}, smem, s)
 	}
 	w1, mid, w4 := flashKernels(a.HeadDim)
-	if err := launch(w1, 0, t.Warp, z.Warp, 1, 0); err != nil {
+	if p.Decode {
+		dec := FlashDecodeKernel(a)
+		if dec == "" || !t.Single {
+			return fmt.Errorf("%w: attn_dec takes head dim 128, groups of 2 or 4 and one token a warp tile, not %+v, %+v", ErrBadLaunch, a, t)
+		}
+		if err := launch(dec, 0, t.Warp, z.Warp, decThreads/32, 0); err != nil {
+			return err
+		}
+	} else if err := launch(w1, 0, t.Warp, z.Warp, 1, 0); err != nil {
 		return err
 	}
 	if err := launch(mid, t.Warp, t.Mid, z.Mid, flashWarps, 0); err != nil {

@@ -892,6 +892,207 @@ __device__ __forceinline__ void attn_mma_body(bf16 *out, float *part_acc, float 
 	}
 }
 
+// attn_dec: attn_mma_w1's work for warp tiles of one token each (the
+// decode step's), head dim 128, GQA group G, on the CUDA cores with few
+// registers: attn_mma_w1 computes 16 query rows of which decode fills G,
+// holds 255 registers, fits 8 warps an SM and waits on latency (Nsight
+// Compute: no eligible warp 62% of cycles, 76% of DRAM bandwidth on the
+// 64-sequence decode step; docs/BENCHMARKS.md). One block of DEC_WARPS
+// warps per (tile, KV head, split), the same grid, splits and output as
+// attn_mma (attn_mma_body). K and V tiles of DEC_KEYS keys travel by
+// cp.async through a ring of DEC_STAGES stages in static shared memory;
+// warp w takes keys 8w … 8w+7 of each tile and keeps its own online
+// softmax and output (the warps are merged once, at the end):
+//   Q·K: lane (key k = l%8, part p = l/8) dots its key's dims 32p … 32p+31
+//        with the G query heads (Q in shared memory as fp32, read by the
+//        eight lanes of a part at once), then the four parts add up by two
+//        shuffles; the eight keys a part's lanes read at once are rows
+//        272 bytes apart, in eight different bank quads;
+//   P·V: lane l owns dims 4l … 4l+3 of the G output rows and adds each of
+//        its warp's keys' V dims, weighted by that key's p (a shuffle).
+#define DEC_WARPS 4
+#define DEC_KEYS 32
+#define DEC_STAGES 2
+#define DEC_HD 128
+#define DEC_QP (32 + 4) // a Q part's run in shared memory, padded
+
+template <int G>
+__device__ __forceinline__ void attn_dec_body(bf16 *out, float *part_acc, float *part_ml, const bf16 *q, int q_stride,
+	const bf16 *kcache, const bf16 *vcache, const int *tok_seq, const int *pos, const int *block_tables, int bt_stride,
+	const int *tiles, int nh, int nkv, int block_size, float scale_log2, int zs) {
+	KERNEL_ENTRY();
+	constexpr int HD = DEC_HD, LD = HD + 8;
+	__shared__ __align__(16) bf16 kv[DEC_STAGES][2][DEC_KEYS][LD];
+	__shared__ __align__(16) float qs[G][4][DEC_QP];
+	const int tile = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int t0 = tiles[2 * tile];
+	const int *bt = block_tables + (long long)tok_seq[t0] * bt_stride;
+	const int n = pos[t0] + 1; // keys the token sees
+	int per = (n + Z - 1) / Z;
+	per = (per + DEC_KEYS - 1) / DEC_KEYS * DEC_KEYS;
+	const int kb = z * per, ke = min(n, kb + per);
+	const bool whole = kb == 0 && ke == n;
+	if (kb >= n) {
+		// An empty split: weight zero in the combine.
+		if (threadIdx.x < G) mark_split_empty(part_ml, ((long long)t0 * nh + g * G + threadIdx.x) * zs + z);
+		return;
+	}
+	for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+		const int h = i / HD, d = i % HD;
+		qs[h][d / 32][d % 32] = bf2f(q[(long long)t0 * q_stride + (g * G + h) * HD + d]);
+	}
+	const bool bs_pow2 = (block_size & (block_size - 1)) == 0;
+	const int bs_shift = __popc(block_size - 1);
+	const long long gstride = (long long)block_size * HD;
+	// load issues stage s's K and V copies of keys k0 …: this thread's
+	// chunks, keys at and past ke zero-filled (p = 0 must not meet NaN).
+	auto load = [&](int s, int k0) {
+		constexpr int CH = HD / 8, PER = 2 * DEC_KEYS * CH / (DEC_WARPS * 32);
+#pragma unroll
+		for (int u = 0; u < PER; u++) {
+			const int c = threadIdx.x + u * DEC_WARPS * 32, which = c / (DEC_KEYS * CH), key = (c / CH) % DEC_KEYS, part = c % CH;
+			const int j = k0 + key;
+			const bool ok = j < ke;
+			const bf16 *src = which ? vcache : kcache;
+			if (ok) {
+				const int bi = bs_pow2 ? j >> bs_shift : j / block_size, bo = bs_pow2 ? j & (block_size - 1) : j - bi * block_size;
+				src += ((long long)bt[bi] * nkv + g) * gstride + (long long)bo * HD + part * 8;
+			}
+			cp_async16(&kv[s][which][key][part * 8], src, ok);
+		}
+	};
+	float m[G], l[G], o[G][4];
+#pragma unroll
+	for (int h = 0; h < G; h++) {
+		m[h] = NEG_INF;
+		l[h] = 0.f;
+		o[h][0] = o[h][1] = o[h][2] = o[h][3] = 0.f;
+	}
+	const int key = lane & 7, part = lane >> 3;
+	load(0, kb);
+	cp_async_commit();
+	int s = 0;
+	for (int k0 = kb; k0 < ke; k0 += DEC_KEYS, s ^= 1) {
+		if (k0 + DEC_KEYS < ke) load(s ^ 1, k0 + DEC_KEYS);
+		cp_async_commit();
+		cp_async_wait<1>(); // this thread's part of stage s
+		__syncthreads();    // everyone's (and Q, the first time)
+		const int kk = w * 8 + key, j = k0 + kk;
+		// S = Q·K for this lane's key and part, then the part sums.
+		float sc[G];
+#pragma unroll
+		for (int h = 0; h < G; h++) sc[h] = 0.f;
+		const bf16 *kr = &kv[s][0][kk][part * 32];
+#pragma unroll
+		for (int c = 0; c < 4; c++) {
+			const uint4 kw = *(const uint4 *)(kr + c * 8);
+			const unsigned int kx[4] = {kw.x, kw.y, kw.z, kw.w};
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const float k_lo = __uint_as_float(kx[e] << 16), k_hi = __uint_as_float(kx[e] & 0xffff0000u);
+#pragma unroll
+				for (int h = 0; h < G; h++) {
+					const float2 qv = *(const float2 *)&qs[h][part][c * 8 + e * 2];
+					sc[h] = fmaf(qv.x, k_lo, fmaf(qv.y, k_hi, sc[h]));
+				}
+			}
+		}
+		float p[G];
+#pragma unroll
+		for (int h = 0; h < G; h++) {
+			float x = sc[h];
+			x += __shfl_xor_sync(0xffffffffu, x, 8);
+			x += __shfl_xor_sync(0xffffffffu, x, 16);
+			x = j < ke ? x * scale_log2 : NEG_INF;
+			// The warp's 8 keys: the lanes of one part hold one key each.
+			float mx = x;
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+			const float mn = fmaxf(m[h], mx);
+			const float mu = mn == NEG_INF ? 0.f : mn; // no key yet: p = 0, no NaN
+			const float corr = exp2f(m[h] - mu);
+			p[h] = exp2f(x - mu);
+			float sum = p[h];
+			sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+			l[h] = l[h] * corr + sum;
+			m[h] = mn;
+			o[h][0] *= corr;
+			o[h][1] *= corr;
+			o[h][2] *= corr;
+			o[h][3] *= corr;
+		}
+		// O += P·V over the warp's 8 keys; lane l's dims 4l … 4l+3.
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			const uint2 vw = *(const uint2 *)&kv[s][1][w * 8 + e][lane * 4];
+			const float v0 = __uint_as_float(vw.x << 16), v1 = __uint_as_float(vw.x & 0xffff0000u);
+			const float v2 = __uint_as_float(vw.y << 16), v3 = __uint_as_float(vw.y & 0xffff0000u);
+#pragma unroll
+			for (int h = 0; h < G; h++) {
+				const float pe = __shfl_sync(0xffffffffu, p[h], e); // key e's p, at lane e
+				o[h][0] = fmaf(pe, v0, o[h][0]);
+				o[h][1] = fmaf(pe, v1, o[h][1]);
+				o[h][2] = fmaf(pe, v2, o[h][2]);
+				o[h][3] = fmaf(pe, v3, o[h][3]);
+			}
+		}
+		__syncthreads(); // every warp is done with stage s before it is refilled
+	}
+	// Merge the warps: each writes its (m, l) and output rows into the
+	// ring's memory, then thread i of the block finishes output element
+	// (head i/32, dims 4(i%32) …) over the warps in a fixed order.
+	cp_async_wait<0>();
+	float *red = (float *)&kv[0][0][0][0]; // DEC_WARPS·G·(HD + 2) floats
+	float *rm = red + DEC_WARPS * G * HD;
+#pragma unroll
+	for (int h = 0; h < G; h++) {
+		*(float4 *)&red[(w * G + h) * HD + lane * 4] = make_float4(o[h][0], o[h][1], o[h][2], o[h][3]);
+		if (lane == 0) {
+			rm[(w * G + h) * 2] = m[h];
+			rm[(w * G + h) * 2 + 1] = l[h];
+		}
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < G * 32; i += blockDim.x) {
+		const int h = i / 32, d = (i % 32) * 4;
+		float M = NEG_INF;
+#pragma unroll
+		for (int v = 0; v < DEC_WARPS; v++) M = fmaxf(M, rm[(v * G + h) * 2]);
+		const float mu = M == NEG_INF ? 0.f : M;
+		float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+		for (int v = 0; v < DEC_WARPS; v++) {
+			const float f = exp2f(rm[(v * G + h) * 2] - mu);
+			const float4 r = *(const float4 *)&red[(v * G + h) * HD + d];
+			L += rm[(v * G + h) * 2 + 1] * f;
+			a0 += r.x * f;
+			a1 += r.y * f;
+			a2 += r.z * f;
+			a3 += r.w * f;
+		}
+		const long long row = (long long)t0 * nh + g * G + h;
+		if (whole) {
+			const float inv = L > 0.f ? 1.f / L : 0.f;
+			*(uint2 *)(out + row * HD + d) = make_uint2(pack_bf16x2(a0 * inv, a1 * inv), pack_bf16x2(a2 * inv, a3 * inv));
+			if (zs > 1 && d == 0) mark_split_empty(part_ml, row * zs + z);
+		} else {
+			const long long pr = row * zs + z;
+			*(float4 *)(part_acc + pr * HD + d) = make_float4(a0, a1, a2, a3);
+			if (d == 0) {
+				part_ml[2 * pr] = M;
+				part_ml[2 * pr + 1] = L;
+			}
+		}
+		// Splits this launch does not have, of the scratch's zs.
+		if (z == 0 && d == 0)
+			for (int e = Z; e < zs; e++) mark_split_empty(part_ml, row * zs + e);
+	}
+}
+
 // FA_MAX_SPLITS is the most KV splits (gridDim.z) attn_mma takes (≤ 32:
 // attn_combine gives each split a lane).
 #define FA_MAX_SPLITS 16
@@ -949,6 +1150,11 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_mma_mid_hd64(ATTN_MMA_ARGS
 }
 __global__ void __launch_bounds__(32) attn_mma_w1_hd128(ATTN_MMA_ARGS) { attn_mma_body<128, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }
 __global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma_body<64, 1, FA1_KEYS, 1>(ATTN_MMA_PASS); }
+// attn_dec_g2 / _g4: attn_dec for GQA groups of 2 and 4 (Qwen3-0.6B and
+// 1.7B, Qwen3-4B), head dim 128, on warp tiles of one token each. grid
+// (tiles, nkv, Z), block DEC_WARPS·32.
+__global__ void __launch_bounds__(DEC_WARPS * 32) attn_dec_g2(ATTN_MMA_ARGS) { attn_dec_body<2>(ATTN_MMA_PASS); }
+__global__ void __launch_bounds__(DEC_WARPS * 32) attn_dec_g4(ATTN_MMA_ARGS) { attn_dec_body<4>(ATTN_MMA_PASS); }
 
 // attn_combine merges attn_mma's Z split partials (Z: attn_mma's zs) of each (token, head)
 // row: one warp turns the Z (max, sum) pairs into weights at once

@@ -139,13 +139,20 @@ bool run(const Case &c, std::mt19937 &rng) {
 	// over the warp tiles, attn_mma_mid over the mid ones, the four-warp
 	// kernel over the rest) with one KV split, with three, and with each
 	// launch split its own way over a scratch of the largest.
-	enum Forms { BigOnly, MidOnly, Backend };
+	enum Forms { BigOnly, MidOnly, Backend, Dec };
+	// attn_dec takes the warp tiles where each holds one token, head dim
+	// 128 and a group of 2 or 4.
+	bool single = true;
+	for (unsigned i = 0; i < small.size() / 2; i++) single = single && small[2 * i + 1] == 1;
+	const bool dec = single && hd == 128 && (G == 2 || G == 4) && !small.empty();
 	struct Run {
 		Forms forms;
 		int zw, zm, zb;
 	};
 	for (Run r : {Run{BigOnly, 1, 1, 1}, Run{MidOnly, 1, 1, 1}, Run{MidOnly, 1, 3, 1}, Run{Backend, 1, 1, 1}, Run{Backend, 3, 3, 3},
-			 Run{Backend, 1, 3, 2}, Run{Backend, 3, 1, 2}, Run{Backend, 2, 2, 1}}) {
+			 Run{Backend, 1, 3, 2}, Run{Backend, 3, 1, 2}, Run{Backend, 2, 2, 1}, Run{Dec, 1, 1, 1}, Run{Dec, 3, 3, 3}, Run{Dec, 5, 1, 2},
+			 Run{Dec, 2, 3, 1}}) {
+		if (r.forms == Dec && !dec) continue;
 		const int Z = max(r.zw, max(r.zm, r.zb));
 		std::fill(out.begin(), out.end(), f2bf(nan));
 		// Stale partials of an earlier launch: (max, sum) = (0, 1), as if
@@ -159,8 +166,9 @@ bool run(const Case &c, std::mt19937 &rng) {
 		// launch runs one form over n tiles from tl with z splits.
 		auto launch = [&](int form, const int *tl, unsigned n, int z) {
 			if (n == 0) return;
-			emu::launch(dim3{n, (unsigned)nkv, (unsigned)z}, dim3{form == 0 ? 32u : FA_WARPS * 32u, 1, 1}, [&] {
-				auto f = form == 0 ? (hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128)
+			emu::launch(dim3{n, (unsigned)nkv, (unsigned)z}, dim3{form == 0 ? 32u : form == 3 ? DEC_WARPS * 32u : FA_WARPS * 32u, 1, 1}, [&] {
+				auto f = form == 3 ? (G == 2 ? attn_dec_g2 : attn_dec_g4)
+					: form == 0    ? (hd == 64 ? attn_mma_w1_hd64 : attn_mma_w1_hd128)
 					: form == 1    ? (hd == 64 ? attn_mma_mid_hd64 : attn_mma_mid_hd128)
 								   : (hd == 64 ? attn_mma_hd64 : attn_mma_hd128);
 				f(out.data(), acc.data(), ml.data(), q.data(), qstride, kc.data(), vc.data(), tokSeq.data(), pos.data(),
@@ -169,8 +177,8 @@ bool run(const Case &c, std::mt19937 &rng) {
 		};
 		if (r.forms == BigOnly) launch(2, tiles.data(), nTiles, r.zb);
 		if (r.forms == MidOnly) launch(1, midTiles.data(), (unsigned)midTiles.size() / 2, r.zm);
-		if (r.forms == Backend) {
-			launch(0, tiles.data(), nWarp, r.zw);
+		if (r.forms == Backend || r.forms == Dec) {
+			launch(r.forms == Dec ? 3 : 0, tiles.data(), nWarp, r.zw);
 			launch(1, tiles.data() + 2 * nWarp, nMid, r.zm);
 			launch(2, tiles.data() + 2 * (nWarp + nMid), nTiles - nWarp - nMid, r.zb);
 		}
@@ -178,7 +186,8 @@ bool run(const Case &c, std::mt19937 &rng) {
 			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
 				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
 		char what[64];
-		std::snprintf(what, sizeof what, "attn_mma %s %d/%d/%d split%s", r.forms == BigOnly ? "4w" : r.forms == MidOnly ? "mid" : "w1+mid+4w",
+		std::snprintf(what, sizeof what, "attn_mma %s %d/%d/%d split%s",
+			r.forms == BigOnly ? "4w" : r.forms == MidOnly ? "mid" : r.forms == Dec ? "dec+mid+4w" : "w1+mid+4w",
 			r.zw, r.zm, r.zb, Z > 1 ? "s+combine" : "");
 		report(what, out);
 		if (Z > 1) { // how many rows were merged from several splits: the splits must be real
@@ -227,6 +236,9 @@ int main() {
 		// A block size that is not a power of two: keys find their block by
 		// division, not by shift.
 		{"gqa4-bs12", 8, 2, 128, 12, {{40, 40}, {150, 1}}},
+		// Decode only, the 0.6B's group: contexts that end inside a key
+		// tile and inside a warp's 8 keys, one shorter than a tile.
+		{"gqa2-decode", 8, 4, 128, 16, {{250, 1}, {77, 1}, {5, 1}, {64, 1}}},
 	};
 	bool ok = true;
 	for (const Case &c : cases) ok = run(c, rng) && ok;

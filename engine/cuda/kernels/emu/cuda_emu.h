@@ -161,6 +161,7 @@ inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline float __shfl_xor_sync(unsigned, float v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_xor_sync(unsigned, int v, int o) { return emu::shfl(v, emu::lane ^ o); }
 inline int __shfl_sync(unsigned, int v, int src) { return emu::shfl(v, src); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl(v, src); }
 // __any_sync: every lane posts its predicate, then reads all 32.
 inline int __any_sync(unsigned, int pred) {
 	int any = 0;
