@@ -555,3 +555,24 @@ func TestOwnAllocsCoverDeviceFields(t *testing.T) {
 		t.Errorf("ownAllocs lists an allocation twice")
 	}
 }
+
+// TestFlashDecodeKernel: attn_dec serves head dim 128 with groups of 2 and
+// 4 (Qwen3-0.6B/1.7B and 4B) and nothing else.
+func TestFlashDecodeKernel(t *testing.T) {
+	for _, c := range []struct {
+		a    AttnShape
+		want string
+	}{
+		{AttnShape{Heads: 16, KVHeads: 8, HeadDim: 128}, "attn_dec_g2"},
+		{AttnShape{Heads: 32, KVHeads: 8, HeadDim: 128}, "attn_dec_g4"},
+		{AttnShape{Heads: 32, KVHeads: 8, HeadDim: 64}, ""},
+		{AttnShape{Heads: 24, KVHeads: 8, HeadDim: 128}, ""},
+		{AttnShape{Heads: 5, KVHeads: 2, HeadDim: 128}, ""},
+		{AttnShape{Heads: 8, KVHeads: 8, HeadDim: 128}, ""},
+		{AttnShape{Heads: 8, HeadDim: 128}, ""},
+	} {
+		if got := FlashDecodeKernel(c.a); got != c.want {
+			t.Errorf("FlashDecodeKernel(%+v) = %q, want %q", c.a, got, c.want)
+		}
+	}
+}

@@ -382,7 +382,7 @@ const decThreads = 128
 // GQA group of 2 or 4), "" when there is none: attn_mma_w1 then runs the
 // decode tiles.
 func FlashDecodeKernel(a AttnShape) string {
-	if a.HeadDim != 128 || a.KVHeads <= 0 {
+	if a.HeadDim != 128 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
 		return ""
 	}
 	switch a.Heads / a.KVHeads {
