@@ -497,9 +497,11 @@ __global__ void paged_attention(bf16 *out, const bf16 *q, int q_stride, const bf
 // attn_combine merges them. Each tile divides its own key count, so a
 // CUDA graph captured with a fixed Z stays right as contexts grow. The
 // three forms of a step are three launches, each with its own Z (what
-// fills a wave of its blocks), over one scratch of zs ≥ Z splits a row: a row's
-// split-0 block marks its splits from Z to zs empty, so attn_combine
-// (over zs) merges only what the row's launch wrote.
+// fills a wave of its blocks), over one scratch of zs ≥ Z splits a row:
+// a row's split-0 block marks its splits from Z to zs empty, so
+// attn_combine (over zs) merges only what the row's launch wrote. A
+// decode step's one-token tiles run on attn_dec (below) where the shape
+// has it, with the same grid, splits and outputs.
 //
 // tiles holds (first token row, token count) per tile; grid (tiles, nkv,
 // Z), block WARPS·32 (FA_WARPS, or 1 for attn_mma_w1_*, whose tiles hold
