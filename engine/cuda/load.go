@@ -176,8 +176,16 @@ func (s *Starter) release() {
 	// adopting it.
 	(<-s.blas).lib.close()
 	(<-s.ring).ring.unmap()
-	if s.pre != nil { // not adopted by build
+	s.dropPrefault() // not adopted by build
+}
+
+// dropPrefault stops populating the in-place copiers' mappings and unmaps
+// them, when nothing adopted them (a load that failed or ran no staged
+// upload).
+func (s *Starter) dropPrefault() {
+	if s.pre != nil {
 		m, _, _, _ := s.pre.finish()
+		s.pre = nil
 		m.unmap()
 	}
 }
@@ -328,11 +336,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		}
 	}
 
-	if s.pre != nil { // no staged upload adopted them
-		m, _, _, _ := s.pre.finish()
-		s.pre = nil
-		m.unmap()
-	}
+	s.dropPrefault() // no staged upload adopted them
 
 	// While the weights travel: the host-converted weights, kernels,
 	// cuBLASLt, KV pool, warm-up.
