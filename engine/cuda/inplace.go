@@ -52,10 +52,11 @@ import (
 // ends it early (an error elsewhere), so that every taker stops.
 //
 // The back end can be held until the readers' ring is page-locked
-// (holdBack, openBack): the driver serialises registrations, and on the
-// lent H100 host copiers registering beside the copy loop's first slot
-// registrations tripled the slots' registration time (14 → 39 ms over a
-// 0.6B-shaped upload), starving the readers of slots.
+// (newChunkQueue's holdBack, then openBack): the driver serialises
+// registrations, and on the lent H100 host copiers registering beside the
+// copy loop's first slot registrations tripled the slots' registration
+// time (14 → 39 ms over a 0.6B-shaped upload), starving the readers of
+// slots.
 type chunkQueue struct {
 	mu          sync.Mutex
 	front, back int           // the next index each end hands out; empty once front > back
@@ -63,17 +64,14 @@ type chunkQueue struct {
 	openOnce    sync.Once
 }
 
-func newChunkQueue(n int) *chunkQueue {
+// newChunkQueue hands out 0..n-1; with holdBack its back end waits for
+// openBack.
+func newChunkQueue(n int, holdBack bool) *chunkQueue {
 	q := &chunkQueue{back: n - 1, backOpen: make(chan struct{})}
-	q.openBack()
+	if !holdBack {
+		q.openBack()
+	}
 	return q
-}
-
-// holdBack makes takeBackN wait for openBack; call it before any taker
-// starts.
-func (q *chunkQueue) holdBack() {
-	q.backOpen = make(chan struct{})
-	q.openOnce = sync.Once{}
 }
 
 // openBack lets the back end hand out indices; later calls do nothing.

@@ -169,13 +169,10 @@ func TestUploadBothPaths(t *testing.T) {
 				}
 				what := fmt.Sprintf("%d readers, %d copiers, units of %d chunks", readers, copiers, unit)
 				dev := make([]byte, fx.devSize)
-				q := newChunkQueue(len(fx.chunks))
+				q := newChunkQueue(len(fx.chunks), readers > 0) // held until the ring is page-locked
 				dma := newLazyDMA(0)
 				dma.dev = dev
 				const slots = 3
-				if readers > 0 {
-					q.holdBack()
-				}
 				regs := &registry{}
 				var wg sync.WaitGroup
 				stats := make([]inPlaceStats, copiers)
@@ -244,7 +241,7 @@ func TestInPlaceRefusedAndFailing(t *testing.T) {
 	}
 	defer maps.unmap()
 	dev := make([]byte, fx.devSize)
-	st, err := runInPlace(fx.chunks, newChunkQueue(len(fx.chunks)), maps, 2, newLazyInPlace(&registry{refuse: true}, dev))
+	st, err := runInPlace(fx.chunks, newChunkQueue(len(fx.chunks), false), maps, 2, newLazyInPlace(&registry{refuse: true}, dev))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +250,7 @@ func TestInPlaceRefusedAndFailing(t *testing.T) {
 	}
 	fx.check(t, dev, "refused registrations")
 
-	q := newChunkQueue(len(fx.chunks))
+	q := newChunkQueue(len(fx.chunks), false)
 	e := newLazyInPlace(&registry{}, make([]byte, fx.devSize))
 	e.failAt = 2
 	if _, err := runInPlace(fx.chunks, q, maps, 1, e); err == nil || !strings.Contains(err.Error(), "injected") {
@@ -269,7 +266,7 @@ func TestInPlaceRefusedAndFailing(t *testing.T) {
 // both.
 func TestChunkQueue(t *testing.T) {
 	const n = 1000
-	q := newChunkQueue(n)
+	q := newChunkQueue(n, false)
 	var mu sync.Mutex
 	seen := make([]int, n)
 	var wg sync.WaitGroup
@@ -305,7 +302,7 @@ func TestChunkQueue(t *testing.T) {
 			t.Fatalf("index %d handed out %d times", i, c)
 		}
 	}
-	q = newChunkQueue(6)
+	q = newChunkQueue(6, false)
 	if lo, hi, ok := q.takeBackN(1); !ok || lo != 5 || hi != 5 {
 		t.Fatalf("back: %d..%d %v", lo, hi, ok)
 	}
@@ -318,12 +315,12 @@ func TestChunkQueue(t *testing.T) {
 	if lo, hi, ok := q.takeBackN(3); !ok || lo != 1 || hi != 1 {
 		t.Fatalf("back 3 of the last 1: %d..%d %v", lo, hi, ok)
 	}
-	q = newChunkQueue(3)
+	q = newChunkQueue(3, false)
 	q.close()
 	if _, ok := q.takeFront(); ok {
 		t.Fatal("a closed queue hands out an index")
 	}
-	if _, _, ok := newChunkQueue(0).takeBackN(1); ok {
+	if _, _, ok := newChunkQueue(0, false).takeBackN(1); ok {
 		t.Fatal("an empty queue hands out an index")
 	}
 }

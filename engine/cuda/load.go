@@ -295,10 +295,8 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 			}
 		}
 		upDone = contextThread(b.c, "upload thread", func() error {
-			q := newChunkQueue(len(chunks))
-			if up.readers > 0 {
-				q.holdBack() // until the ring is page-locked (runStaged)
-			}
+			// The back end waits until the ring is page-locked (runStaged).
+			q := newChunkQueue(len(chunks), up.readers > 0)
 			// Copiers that cannot map the files leave the readers every
 			// chunk; the stage says why (inplace_refused).
 			inDone := b.startInPlace(chunks, q, up.inPlace, max(1, up.unitMB<<20/ring.slotBytes), preMaps, &inPlace)

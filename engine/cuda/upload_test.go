@@ -149,7 +149,7 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 		for _, slots := range []int{1, 2, 5} {
 			ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
 			dma := newLazyDMA(dev)
-			st, err := runStaged(chunks, newChunkQueue(len(chunks)), ring, readers, dma)
+			st, err := runStaged(chunks, newChunkQueue(len(chunks), false), ring, readers, dma)
 			if err != nil {
 				t.Fatalf("readers %d slots %d: %v", readers, slots, err)
 			}
@@ -214,7 +214,7 @@ func TestStagedUploadErrors(t *testing.T) {
 
 // runStaged1 runs the staged path alone over every chunk.
 func runStaged1(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine) (stagedStats, error) {
-	return runStaged(chunks, newChunkQueue(len(chunks)), ring, readers, dma)
+	return runStaged(chunks, newChunkQueue(len(chunks), false), ring, readers, dma)
 }
 
 // TestPlanChunksAligned: with a page as align, every chunk starts on a
