@@ -517,7 +517,7 @@ func (b *Backend) enqueueLayers(ctx context.Context, T, btStride int) error {
 			return k.PagedAttention(s, shape, args)
 		}
 		return k.FlashAttention(s, shape, FlashArgs{AttentionArgs: args, Tiles: dTiles, TileCounts: b.metaTiles,
-			Splits: splits, Scratch: b.flashD, Decode: b.metaTiles.Single && b.flashRes.Dec > 0})
+			Splits: splits, Scratch: b.flashD, Decode: b.flashRes.Decodes(b.metaTiles)})
 	}
 	M := padRows(T, b.capT)
 	b.prof.mark(s, "embed")

@@ -375,6 +375,11 @@ func (z FlashSplitCounts) max() int { return max(z.Warp, z.Mid, z.Big) }
 // November 2026).
 type FlashResidency struct{ W1, Mid, W4, Dec int }
 
+// Decodes says whether attn_dec runs the warp tiles of a step in tiles t:
+// they are single tokens and attn_dec is loaded (Dec > 0). FlashSplits
+// sizes their launch by it, and the backend sets FlashArgs.Decode by it.
+func (r FlashResidency) Decodes(t FlashTiles) bool { return t.Single && r.Dec > 0 }
+
 // decThreads is DEC_WARPS · 32: attn_dec's block.
 const decThreads = 128
 
@@ -459,8 +464,8 @@ func FlashSplits(a AttnShape, res FlashResidency, t FlashTiles, sms int) FlashSp
 	}
 	keyed := func(perSM, blocks, keys int) int { return max(1, min(fill(perSM, blocks), keys/flashSplitKeys)) }
 	warp := res.W1
-	if t.Single && res.Dec > 0 {
-		warp = res.Dec // attn_dec runs them (FlashArgs.Decode)
+	if res.Decodes(t) {
+		warp = res.Dec
 	}
 	return FlashSplitCounts{Warp: fill(warp, t.Warp), Mid: keyed(res.Mid, t.Mid, t.MidKeys), Big: keyed(res.W4, t.Big, t.BigKeys)}
 }
