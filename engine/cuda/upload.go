@@ -332,16 +332,19 @@ const (
 // step became due (due) and when the last one ended (last, zero for
 // none): until the steps have paused for stagingQuiet, or, from
 // stagingForceAfter after due, until stagingForceGap after the last
-// step. 0 or less: run it (once no step is pending).
-func inPlaceWait(now, lastDone, due, last time.Time) time.Duration {
+// step. 0 or less: run it (once no step is pending); forced then says it
+// runs by the deadline, without a pause.
+func inPlaceWait(now, lastDone, due, last time.Time) (wait time.Duration, forced bool) {
 	quiet := stagingQuiet - now.Sub(lastDone)
-	if now.Sub(due) < stagingForceAfter {
-		return min(quiet, stagingForceAfter-now.Sub(due))
+	switch {
+	case now.Sub(due) < stagingForceAfter:
+		wait = min(quiet, stagingForceAfter-now.Sub(due))
+	case last.IsZero():
+		wait = 0
+	default:
+		wait = min(quiet, stagingForceGap-now.Sub(last))
 	}
-	if last.IsZero() {
-		return 0
-	}
-	return min(quiet, stagingForceGap-now.Sub(last))
+	return wait, quiet > 0
 }
 
 // releaseInPlaceStep unregisters in-place ranges until budget bytes have

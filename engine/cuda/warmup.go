@@ -278,17 +278,14 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		if it.what == "inplace" && due.IsZero() {
 			due = time.Now()
 		}
-		quiet := true
+		forcedNow := false
 		for {
 			wait := 200 * time.Microsecond
 			if b.pending.Load() == 0 {
 				if it.what != "inplace" {
 					break
 				}
-				now, lastDone := time.Now(), time.Unix(0, b.lastDone.Load())
-				wait = inPlaceWait(now, lastDone, due, lastInPlace)
-				if wait <= 0 {
-					quiet = now.Sub(lastDone) >= stagingQuiet
+				if wait, forcedNow = inPlaceWait(time.Now(), time.Unix(0, b.lastDone.Load()), due, lastInPlace); wait <= 0 {
 					break
 				}
 			}
@@ -314,7 +311,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		b.mu.Unlock()
 		if it.what == "inplace" {
 			lastInPlace = time.Now()
-			if !quiet {
+			if forcedNow {
 				forced++
 			}
 		}

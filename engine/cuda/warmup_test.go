@@ -182,19 +182,25 @@ func TestInPlaceWait(t *testing.T) {
 		name                 string
 		now, done, due, last time.Time
 		want                 time.Duration
+		forced               bool // when want ≤ 0: by the deadline, not a pause
 	}{
-		{"a step just ended, release just due", ms(0), ms(0), ms(0), time.Time{}, stagingQuiet},
-		{"paused long enough", ms(500), ms(300), ms(0), time.Time{}, stagingQuiet - 200*time.Millisecond},
-		{"steady load, before the deadline", ms(1000), ms(995), ms(0), time.Time{}, stagingQuiet - 5*time.Millisecond},
-		{"steady load, the deadline nearer than the pause", ms(1950), ms(1990), ms(0), time.Time{}, 50 * time.Millisecond},
-		{"steady load, past the deadline, first forced step", ms(2000), ms(1999), ms(0), time.Time{}, 0},
-		{"steady load, past the deadline, 100 ms after a step (the next pause could come sooner than the gap)", ms(2400), ms(2399), ms(0), ms(2300), stagingQuiet - time.Millisecond},
-		{"steady load, past the deadline, 200 ms after a step", ms(2500), ms(2499), ms(0), ms(2300), stagingForceGap - 200*time.Millisecond},
-		{"past the deadline, a pause sooner than the gap", ms(2400), ms(2350), ms(0), ms(2390), stagingQuiet - 50*time.Millisecond},
-		{"past the deadline, the gap over", ms(2600), ms(2599), ms(0), ms(2300), stagingForceGap - 300*time.Millisecond},
+		{"a step just ended, release just due", ms(0), ms(0), ms(0), time.Time{}, stagingQuiet, true},
+		{"paused long enough", ms(500), ms(300), ms(0), time.Time{}, stagingQuiet - 200*time.Millisecond, false},
+		{"steady load, before the deadline", ms(1000), ms(995), ms(0), time.Time{}, stagingQuiet - 5*time.Millisecond, true},
+		{"steady load, the deadline nearer than the pause", ms(1950), ms(1990), ms(0), time.Time{}, 50 * time.Millisecond, true},
+		{"steady load, past the deadline, first forced step", ms(2000), ms(1999), ms(0), time.Time{}, 0, true},
+		{"steady load, past the deadline, 100 ms after a step (the next pause could come sooner than the gap)", ms(2400), ms(2399), ms(0), ms(2300), stagingQuiet - time.Millisecond, true},
+		{"steady load, past the deadline, 200 ms after a step", ms(2500), ms(2499), ms(0), ms(2300), stagingForceGap - 200*time.Millisecond, true},
+		{"past the deadline, a pause sooner than the gap", ms(2400), ms(2350), ms(0), ms(2390), stagingQuiet - 50*time.Millisecond, true},
+		{"past the deadline, the gap over", ms(2600), ms(2599), ms(0), ms(2300), stagingForceGap - 300*time.Millisecond, true},
+		{"past the deadline, the gap over and a pause too", ms(2600), ms(2450), ms(0), ms(2300), stagingQuiet - 150*time.Millisecond, false},
 	} {
-		if got := inPlaceWait(c.now, c.done, c.due, c.last); got != c.want {
+		got, forced := inPlaceWait(c.now, c.done, c.due, c.last)
+		if got != c.want {
 			t.Errorf("%s: inPlaceWait = %v, want %v", c.name, got, c.want)
+		}
+		if got <= 0 && forced != c.forced {
+			t.Errorf("%s: forced %v, want %v", c.name, forced, c.forced)
 		}
 	}
 }
