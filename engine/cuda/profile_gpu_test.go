@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,10 +102,7 @@ func TestGPUStepProfile(t *testing.T) {
 	}
 	choice := make([]sched.TokenChoice, seqs)
 	toks := make([]int32, seqs)
-	cases := []struct {
-		name string
-		bt   *sched.Batch
-	}{
+	cases := []profStep{
 		{"decode b1 ctx 60", decode(1, 60)},
 		{"decode b64 ctx 1100", decode(seqs, ctxLen)},
 		{"prefill 256 @768 + 63 decode ctx 1100", mixed()},
@@ -129,6 +127,11 @@ func TestGPUStepProfile(t *testing.T) {
 	}
 	if os.Getenv("TRENI_PROFILE_DEFAULT_ONLY") == "1" {
 		modes = modes[:1]
+	}
+	// TRENI_PROFILE_CASES="decode b64 ctx 1100,…": those cases only (names
+	// as logged), for kernel experiments that time one step.
+	if only := os.Getenv("TRENI_PROFILE_CASES"); only != "" {
+		cases = slices.DeleteFunc(cases, func(c profStep) bool { return !slices.Contains(strings.Split(only, ","), c.name) })
 	}
 	var all []profCase
 	for _, m := range modes {
@@ -216,6 +219,12 @@ func profileModel(t *testing.T) (*model.Checkpoint, string) {
 	}
 	t.Cleanup(func() { ck.Close() })
 	return ck, dir
+}
+
+// profStep is one step TestGPUStepProfile times, by name.
+type profStep struct {
+	name string
+	bt   *sched.Batch
 }
 
 // profCase is one step of TestGPUStepProfile with one attention kernel
