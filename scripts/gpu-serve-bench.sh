@@ -116,6 +116,7 @@ stop_server
 #               commit, with its own embedded fatbin: TRENI_CUDA_FATBIN
 #               unset), named prev in the tables;
 #   budgetN     --max-batched-tokens N;
+#   bsN         --block-size N (positions per KV block);
 #   env:K=V     the environment setting K=V (e.g. env:TRENI_CUDA_PDL=off),
 #               named K=V in the tables.
 # COMPARE_PAGED=1 is VARIANTS=paged.
@@ -129,6 +130,7 @@ for v in $VARIANTS; do
 	committed) envs=(-u TRENI_CUDA_FATBIN) ;;
 	prev:*) envs=(-u TRENI_CUDA_FATBIN) SBIN=${v#prev:} v=prev ;;
 	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
+	bs[0-9]*) flags=(--block-size "${v#bs}") ;;
 	env:*=*) envs=("${v#env:}") v=${v#env:} ;;
 	*) say "unknown variant $v"; continue ;;
 	esac
