@@ -132,6 +132,9 @@ func TestGPUStepProfile(t *testing.T) {
 	// as logged), for kernel experiments that time one step.
 	if only := os.Getenv("TRENI_PROFILE_CASES"); only != "" {
 		cases = slices.DeleteFunc(cases, func(c profStep) bool { return !slices.Contains(strings.Split(only, ","), c.name) })
+		if len(cases) == 0 {
+			t.Fatalf("TRENI_PROFILE_CASES=%q names none of the steps (their names are the PROFILE lines')", only)
+		}
 	}
 	var all []profCase
 	for _, m := range modes {
