@@ -381,21 +381,22 @@ func ropeAttention(g *gpu, c ropeCase) {
 		tiles  []int32
 		counts FlashTiles
 		z      FlashSplitCounts
-		dec    bool // the decode tile on attn_dec (where the shape has it)
 	}{
-		{"four-warp form on every tile", bigOnly, FlashTiles{Big: len(bigOnly) / 2}, FlashSplitCounts{1, 1, 1}, false},
-		{"mid form on the chunk", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{1, 1, 1}, false},
-		{"mid form on the chunk, 3 splits", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{3, 3, 1}, false},
-		{"as the backend", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 1, 1}, false},
-		{"as the backend, 3 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 3, 3}, false},
+		{"four-warp form on every tile", bigOnly, FlashTiles{Big: len(bigOnly) / 2}, FlashSplitCounts{1, 1, 1}},
+		{"mid form on the chunk", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{1, 1, 1}},
+		{"mid form on the chunk, 3 splits", midOnly, FlashTiles{Warp: 1, Mid: len(midOnly)/2 - 1}, FlashSplitCounts{3, 3, 1}},
+		{"as the backend", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 1, 1}},
+		{"as the backend, 3 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 3, 3}},
 		// Each launch split its own way over a scratch of the largest.
-		{"as the backend, 1/3/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 3, 2}, false},
-		{"as the backend, 3/1/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 1, 2}, false},
-		{"as the backend, the decode tile on attn_dec", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{1, 1, 1}, true},
-		{"as the backend, attn_dec, 3 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{3, 3, 3}, true},
-		{"as the backend, attn_dec, 5/1/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{5, 1, 2}, true},
+		{"as the backend, 1/3/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{1, 3, 2}},
+		{"as the backend, 3/1/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2}, FlashSplitCounts{3, 1, 2}},
+		{"as the backend, the decode tile on attn_dec", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{1, 1, 1}},
+		{"as the backend, attn_dec, 3 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{3, 3, 3}},
+		{"as the backend, attn_dec, 5/1/2 splits", backend, FlashTiles{Warp: 1, Mid: len(mids) / 2, Big: len(bigs) / 2, Single: true}, FlashSplitCounts{5, 1, 2}},
 	} {
-		if r.dec && FlashDecodeKernel(shape) == "" {
+		// A Single tile list: the decode tile on attn_dec, where the shape
+		// has it.
+		if r.counts.Single && FlashDecodeKernel(shape) == "" {
 			continue
 		}
 		fout := g.alloc(T * nh * hd * 2)
@@ -410,7 +411,7 @@ func ropeAttention(g *gpu, c ropeCase) {
 			AttentionArgs: AttentionArgs{Out: fout, Q: qkvd, QStride: width, KCache: kd, VCache: vd,
 				TokSeq: up(g, tokSeq), Pos: up(g, pos), BlockTables: up(g, bt), BTStride: btStride,
 				T: T, Scale: float32(1 / math.Sqrt(float64(hd)))},
-			Tiles: up(g, r.tiles), TileCounts: r.counts, Splits: r.z, Scratch: scratch, Decode: r.dec,
+			Tiles: up(g, r.tiles), TileCounts: r.counts, Splits: r.z, Scratch: scratch, Decode: r.counts.Single,
 		}))
 		g.check(fmt.Sprintf("attn_mma %s (%+v) %s", r.what, r.counts, c.name), bfSlice(down[uint16](g, fout, T*nh*hd)), ref, tolBF16)
 	}
