@@ -26,6 +26,14 @@ func TestGemmKernelOnCPUEmulator(t *testing.T) {
 	runEmulated(t, "gemm_test", "skinny GEMM kernel")
 }
 
+// TestSampleKernelsOnCPUEmulator is the same for the token choice
+// (kernels/emu/sample_test.cc): sample_part then sample_pick against a
+// float64 reference of the greedy and temperature rules, top-k and top-p
+// rows inside their sets, the counters, and rows of −inf.
+func TestSampleKernelsOnCPUEmulator(t *testing.T) {
+	runEmulated(t, "sample_test", "sampling kernels")
+}
+
 // runEmulated builds kernels/emu/<name>.cc with the host C++ compiler and
 // runs it; its exit status is the verdict.
 func runEmulated(t *testing.T, name, what string) {

@@ -131,7 +131,7 @@ func (b *Backend) grow(T, rows, meta int) error {
 		if b.logitsD, err = b.c.Alloc(rows * c.VocabSize * 4); err != nil {
 			return err
 		}
-		if b.sampleD, err = b.c.Alloc(rows * sampleBytesPerRow); err != nil {
+		if b.sampleD, err = b.c.Alloc(rows * sampleDeviceBytesPerRow); err != nil {
 			return err
 		}
 		if b.sampleHost, err = b.c.HostAlloc(rows * sampleBytesPerRow); err != nil {

@@ -472,7 +472,7 @@ func TestGPUSample(t *testing.T) {
 	out := g.alloc(R * 4)
 	ctrd := up(g, ctr)
 	args := SampleArgs{Out: out, Logits: up(g, logits), V: V, Stride: V, Rows: R, Temperature: up(g, temp),
-		TopK: up(g, topK), TopP: up(g, topP), Seed: up(g, seed), Counter: ctrd}
+		TopK: up(g, topK), TopP: up(g, topP), Seed: up(g, seed), Counter: ctrd, Part: g.alloc(R * SamplePartBytesPerRow)}
 	am := g.alloc(R * 4)
 	g.ok(g.k.Argmax(g.s, am, args.Logits, R, V, V))
 	argmax := down[int32](g, am, R)
@@ -522,7 +522,7 @@ func TestGPUSample(t *testing.T) {
 	}
 	dout := g.alloc(DR * 4)
 	g.ok(g.k.Sample(g.s, SampleArgs{Out: dout, Logits: up(g, dl), V: DV, Stride: DV, Rows: DR, Temperature: up(g, dt),
-		TopK: up(g, dk), TopP: up(g, dp), Seed: up(g, ds), Counter: up(g, make([]uint64, DR))}))
+		TopK: up(g, dk), TopP: up(g, dp), Seed: up(g, ds), Counter: up(g, make([]uint64, DR)), Part: g.alloc(DR * SamplePartBytesPerRow)}))
 	cnt := make([]float64, DV)
 	for _, tok := range down[int32](g, dout, DR) {
 		cnt[tok]++

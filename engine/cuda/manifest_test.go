@@ -133,7 +133,8 @@ func TestKernelConstantsMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{"FA_MAX_SPLITS": flashMaxSplit, "FA_WARPS": flashWarps, "FA_ROWS": flashRows,
-		"FA_KEYS": flashKeys, "GS_WARPS": skinnyThreads / 32} {
+		"FA_KEYS": flashKeys, "GS_WARPS": skinnyThreads / 32, "SAMPLE_THREADS": sampleThreads, "SAMPLE_SEGS": sampleSegs,
+		"SAMPLE_PART_THREADS": samplePartThreads} {
 		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)`).FindSubmatch(b)
 		if m == nil {
 			t.Errorf("kernels.cu defines no %s", name)

@@ -15,7 +15,7 @@ func KernelNames() []string {
 		"attn_mma_w1_hd128", "attn_mma_mid_hd64", "attn_mma_mid_hd128", "attn_dec_g2", "attn_dec_g4", "attn_combine",
 		"gemm_skinny_m8", "gemm_skinny_m16", "gemm_skinny_m32", "gemm_skinny_m64",
 		"gemm_skinny_m8_norm", "gemm_skinny_m8_swiglu", "gemm_skinny_n8_m8",
-		"argmax_f32", "sample_f32",
+		"argmax_f32", "sample_part", "sample_pick",
 	}
 }
 
@@ -33,8 +33,15 @@ const (
 	// two-m-tile attn_mma gets (FlashSplits): four of the latter's key
 	// tiles, two of the former's.
 	flashSplitKeys = 4 * flashKeys
-	sampleThreads  = 1024 // SAMPLE_THREADS
-	skinnyThreads  = 256  // GS_WARPS · 32: gemm_skinny's block
+	sampleThreads  = 1024 // SAMPLE_THREADS: argmax_f32's and sample_pick's block
+	// sampleSegs is SAMPLE_SEGS, the segments sample_part cuts a row
+	// into, and samplePartThreads its block (SAMPLE_PART_THREADS).
+	sampleSegs        = 32
+	samplePartThreads = 256
+	// SamplePartBytesPerRow is the scratch sample_part fills for a row
+	// (SampleArgs.Part): per segment its max, index and mass.
+	SamplePartBytesPerRow = sampleSegs * 3 * 4
+	skinnyThreads         = 256 // GS_WARPS · 32: gemm_skinny's block
 	// SkinnyMaxRows is the most rows gemm_skinny takes (its widest form,
 	// gemm_skinny_m64).
 	SkinnyMaxRows = 64
@@ -590,8 +597,25 @@ func (k *Kernels) FlashAttention(s *Stream, a AttnShape, p FlashArgs) error {
 	if zs == 1 {
 		return nil
 	}
-	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(a.Heads)).I32(int32(a.HeadDim)).I32(int32(zs))
-	return k.launch("attn_combine", Dim3{uint32(p.T), uint32(a.Heads), 1}, Dim3{128, 1, 1}, s)
+	rows := p.T * a.Heads
+	k.args.Reset().Ptr(p.Out).Ptr(acc).Ptr(ml).I32(int32(rows)).I32(int32(a.HeadDim)).I32(int32(zs))
+	return k.launch("attn_combine", Dim3{uint32(combineBlocks(rows)), 1, 1}, Dim3{combineThreads, 1, 1}, s)
+}
+
+// attn_combine's launch: a warp a (token, head) row, the grid's warps
+// walking the rows, at most combineMaxBlocks blocks. Most rows of a
+// prefill step were written whole by one split and cost the warp one
+// look at their (max, sum) pairs; a block a row spent 80 µs a layer of a
+// 2,048-token step launching blocks that exited at once (H100,
+// docs/BENCHMARKS.md, fourteenth session).
+const (
+	combineThreads   = 256
+	combineMaxBlocks = 2048
+)
+
+// combineBlocks is attn_combine's grid for rows rows.
+func combineBlocks(rows int) int {
+	return min((rows+combineThreads/32-1)/(combineThreads/32), combineMaxBlocks)
 }
 
 // SkinnyFits says whether gemm_skinny takes a GEMM of M rows, N outputs
@@ -696,16 +720,28 @@ type SampleArgs struct {
 	TopP        DevicePtr // f32 [rows]; >= 1 disables
 	Seed        DevicePtr // u64 [rows]
 	Counter     DevicePtr // u64 [rows], incremented by each draw
+	// Part is scratch of SamplePartBytesPerRow bytes a row, 4-byte
+	// aligned (what sample_part hands sample_pick).
+	Part DevicePtr
 }
 
 // Sample draws one token per row with temperature, top-k and top-p from a
-// counter-based RNG (see sample_f32 in kernels.cu; SampleRef is its host
-// twin).
+// counter-based RNG (sample_part then sample_pick in kernels.cu;
+// sched.Sampler is its host twin): sample_part reads each row in
+// sampleSegs segments at once, and sample_pick finds the token from their
+// maxima and masses.
 func (k *Kernels) Sample(s *Stream, p SampleArgs) error {
 	if err := positive("sample", p.Rows, p.V, p.Stride); err != nil {
 		return err
 	}
-	k.args.Reset().Ptr(p.Out).Ptr(p.Logits).I32(int32(p.V)).I32(int32(p.Stride)).Ptr(p.Temperature).
+	if p.Part == 0 || p.Part%4 != 0 {
+		return fmt.Errorf("%w: sampling needs a 4-byte aligned scratch of %d bytes a row, got %#x", ErrBadLaunch, SamplePartBytesPerRow, p.Part)
+	}
+	k.args.Reset().Ptr(p.Part).Ptr(p.Logits).I32(int32(p.V)).I32(int32(p.Stride)).Ptr(p.Temperature).Ptr(p.TopK).Ptr(p.TopP)
+	if err := k.launch("sample_part", Dim3{uint32(p.Rows), sampleSegs, 1}, Dim3{samplePartThreads, 1, 1}, s); err != nil {
+		return err
+	}
+	k.args.Reset().Ptr(p.Out).Ptr(p.Part).Ptr(p.Logits).I32(int32(p.V)).I32(int32(p.Stride)).Ptr(p.Temperature).
 		Ptr(p.TopK).Ptr(p.TopP).Ptr(p.Seed).Ptr(p.Counter)
-	return k.launch("sample_f32", Dim3{uint32(p.Rows), 1, 1}, Dim3{sampleThreads, 1, 1}, s)
+	return k.launch("sample_pick", Dim3{uint32(p.Rows), 1, 1}, Dim3{sampleThreads, 1, 1}, s)
 }

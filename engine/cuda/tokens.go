@@ -105,14 +105,19 @@ func sampleParams(c sched.TokenChoice) (temp float32, topK int32, topP float32, 
 }
 
 // Sampling scratch: for capRows rows, six arrays in one device buffer and
-// its pinned host twin. The 8-byte arrays come last; capRows is a
-// multiple of 8, so every array starts 8-byte aligned.
+// its pinned host twin, then (on the device only) sample_part's scratch.
+// The 8-byte arrays come after the 4-byte ones; capRows is a multiple of
+// 8, so every array starts 8-byte aligned.
 const sampleBytesPerRow = 4 + 4 + 4 + 4 + 8 + 8 // out, temp, top_k, top_p, seed, counter
 
-type sampleLayout struct{ out, temp, topK, topP, seed, counter int }
+// sampleDeviceBytesPerRow is the device buffer's share of a row.
+const sampleDeviceBytesPerRow = sampleBytesPerRow + SamplePartBytesPerRow
+
+type sampleLayout struct{ out, temp, topK, topP, seed, counter, part int }
 
 func sampleOffsets(capRows int) sampleLayout {
-	return sampleLayout{out: 0, temp: 4 * capRows, topK: 8 * capRows, topP: 12 * capRows, seed: 16 * capRows, counter: 24 * capRows}
+	return sampleLayout{out: 0, temp: 4 * capRows, topK: 8 * capRows, topP: 12 * capRows, seed: 16 * capRows, counter: 24 * capRows,
+		part: sampleBytesPerRow * capRows}
 }
 
 // fillSampleHost writes the parameters of rows (row j is sequence rowSeq[j])
@@ -169,7 +174,7 @@ func (b *Backend) emit(out *stepOut, rowSeq []int) error {
 		}
 		if err := b.k.Sample(s, SampleArgs{Out: dOut, Logits: b.logitsD, V: V, Stride: V, Rows: n,
 			Temperature: b.sampleD + DevicePtr(lay.temp), TopK: b.sampleD + DevicePtr(lay.topK), TopP: b.sampleD + DevicePtr(lay.topP),
-			Seed: b.sampleD + DevicePtr(lay.seed), Counter: b.sampleD + DevicePtr(lay.counter)}); err != nil {
+			Seed: b.sampleD + DevicePtr(lay.seed), Counter: b.sampleD + DevicePtr(lay.counter), Part: b.sampleD + DevicePtr(lay.part)}); err != nil {
 			return err
 		}
 	}

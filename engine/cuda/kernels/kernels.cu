@@ -1158,30 +1158,30 @@ __global__ void __launch_bounds__(32) attn_mma_w1_hd64(ATTN_MMA_ARGS) { attn_mma
 __global__ void __launch_bounds__(DEC_WARPS * 32) attn_dec_g2(ATTN_MMA_ARGS) { attn_dec_body<2>(ATTN_MMA_PASS); }
 __global__ void __launch_bounds__(DEC_WARPS * 32) attn_dec_g4(ATTN_MMA_ARGS) { attn_dec_body<4>(ATTN_MMA_PASS); }
 
-// attn_combine merges attn_mma's Z split partials (Z: attn_mma's zs) of each (token, head)
-// row: one warp turns the Z (max, sum) pairs into weights at once
-// (split_weight), then each thread merges its columns (split_merge). It
-// used to loop over the splits one load after another, twice for the
-// weights and again per column: ~4 µs of each layer of a batch-1 decode
-// step on the H100, now about 2 µs less (docs/BENCHMARKS.md). A row whose
-// partials are all empty was written whole by one split. grid (T, nh),
-// block ≥ 32 threads.
-__global__ void attn_combine(bf16 *out, const float *part_acc, const float *part_ml, int nh, int hd, int Z) {
+// attn_combine merges attn_mma's Z split partials (Z: attn_mma's zs) of
+// each of the rows (token, head) rows, one warp a row: the warp turns the
+// Z (max, sum) pairs into weights at once (split_weight, lane z holding
+// split z's), hands each lane the weights by shuffles, and each lane
+// merges its columns (split_merge). A row whose partials are all empty
+// was written whole by one split and is skipped. The warps of the grid
+// walk the rows, so the grid is sized by the GPU, not by the rows: with a
+// block a row (128 threads) the 2,048-token prefill step's launch was
+// 65,536 blocks, of which nearly all exited at once, and took 80 µs a
+// layer on the H100 (CUPTI timeline, docs/BENCHMARKS.md, fourteenth
+// session). grid any, block a multiple of 32.
+__global__ void attn_combine(bf16 *out, const float *part_acc, const float *part_ml, int rows, int hd, int Z) {
 	KERNEL_ENTRY();
-	__shared__ float wz[FA_MAX_SPLITS];
-	__shared__ bool none;
-	const long long row = (long long)blockIdx.x * nh + blockIdx.y;
-	const int lane = threadIdx.x & 31;
-	if (threadIdx.x < 32) {
+	const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	for (long long row = (long long)blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += (long long)gridDim.x * warps) {
 		const float *ml = part_ml + row * Z * 2;
-		bool empty;
-		const float wt = split_weight(lane < Z ? ml[2 * lane] : NEG_INF, lane < Z ? ml[2 * lane + 1] : 0.f, empty);
-		if (lane < Z) wz[lane] = wt;
-		if (lane == 0) none = empty;
+		bool none;
+		const float wt = split_weight(lane < Z ? ml[2 * lane] : NEG_INF, lane < Z ? ml[2 * lane + 1] : 0.f, none);
+		if (none) continue; // the same for every lane (split_weight's warp max)
+		float wz[FA_MAX_SPLITS];
+#pragma unroll
+		for (int z = 0; z < FA_MAX_SPLITS; z++) wz[z] = __shfl_sync(0xffffffffu, wt, z);
+		for (int d = lane; d < hd; d += 32) out[row * hd + d] = split_merge(part_acc, wz, row, Z, hd, d);
 	}
-	__syncthreads();
-	if (none) return;
-	for (int d = threadIdx.x; d < hd; d += blockDim.x) out[row * hd + d] = split_merge(part_acc, wz, row, Z, hd, d);
 }
 
 } // extern "C"
@@ -1500,21 +1500,12 @@ __device__ __forceinline__ int block_argmax(const float *row, int V, float *rv, 
 }
 
 #define SAMPLE_THREADS 1024
+// SAMPLE_SEGS: segments a row is cut into for sample_part (≤ 32: sample_pick
+// gives each a lane); SAMPLE_PART_THREADS: sample_part's block.
+#define SAMPLE_SEGS 32
+#define SAMPLE_PART_THREADS 256
 
-extern "C" {
-
-// argmax_f32: out[r] = argmax(logits[r][:V]) (lowest index on ties).
-// grid (rows), block a multiple of 32.
-__global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
-	KERNEL_ENTRY();
-	__shared__ float rv[32];
-	__shared__ int ri[32];
-	int r = blockIdx.x;
-	int i = block_argmax(logits + (long long)r * stride, V, rv, ri);
-	if (threadIdx.x == 0) out[r] = i;
-}
-
-// sample_f32 draws one token per row: temperature, then top-k, then top-p
+// Sampling draws one token per row: temperature, then top-k, then top-p
 // (renormalised over the top-k survivors), as transformers applies them.
 // Per-row parameters live in device arrays so that a captured graph replays
 // with new values: temperature <= 0 means greedy; top_k <= 0 or >= V and
@@ -1526,24 +1517,13 @@ __global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
 // Thresholds are exact on the float ordering: the k-th largest logit is
 // found by building its key bit by bit (32 counting passes), and the top-p
 // cut likewise (32 mass passes); ties at a threshold are all kept. The draw
-// then walks the kept tokens in index order. grid (rows), block
-// SAMPLE_THREADS.
-__global__ void sample_f32(int *out, const float *logits, int V, int stride, const float *temperature,
-	const int *top_k, const float *top_p, const unsigned long long *seed, unsigned long long *counter) {
-	KERNEL_ENTRY();
-	__shared__ float red[32];
-	__shared__ int ri[32];
-	__shared__ float sums[SAMPLE_THREADS];
-	__shared__ int seg;
-	__shared__ float segpre;
-	int r = blockIdx.x, tid = threadIdx.x;
-	const float *row = logits + (long long)r * stride;
-	float temp = temperature[r];
-	if (!(temp > 0.f)) {
-		int i = block_argmax(row, V, red, ri);
-		if (tid == 0) { out[r] = i; counter[r] += 1; }
-		return;
-	}
+// then walks the kept tokens in index order. sample_filtered is that for
+// one row, the whole block (SAMPLE_THREADS) taking part; sample_pick runs it
+// for the rows that ask for top-k or top-p.
+__device__ __forceinline__ void sample_filtered(int *out, const float *row, int r, int V, float temp, const int *top_k,
+	const float *top_p, const unsigned long long *seed, unsigned long long *counter, float *red, float *sums, int &seg,
+	float &segpre) {
+	const int tid = threadIdx.x;
 	float mx = NEG_INF;
 	for (int i = tid; i < V; i += blockDim.x) mx = fmaxf(mx, row[i]);
 	mx = block_max(mx, red);
@@ -1619,6 +1599,237 @@ __global__ void sample_f32(int *out, const float *logits, int V, int stride, con
 			if (acc > target) { pick = i; break; }
 		}
 		out[r] = pick >= 0 ? pick : lastkept;
+		counter[r] = c + 1;
+	}
+}
+
+// sample_filtered_row says whether row r asks for top-k or top-p (and is
+// not greedy): sample_filtered's rows, which sample_part leaves alone.
+__device__ __forceinline__ bool sample_filtered_row(int r, int V, const float *temperature, const int *top_k, const float *top_p) {
+	const int k = top_k[r];
+	return temperature[r] > 0.f && ((k > 0 && k < V) || top_p[r] < 1.f);
+}
+
+// range_argmax: the largest value of row[b0 … b1) and, among equal ones,
+// the lowest index (−inf and b1 when the range is empty or all NaN), for
+// the whole block; rv/ri hold 32 entries each.
+__device__ __forceinline__ void range_argmax(const float *row, int b0, int b1, float *rv, int *ri, float &v, int &idx) {
+	float bv = NEG_INF;
+	int bi = 0x7fffffff;
+	for (int i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+		const float x = row[i];
+		if (x > bv) { bv = x; bi = i; } // i rises, so ties keep the first
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+	}
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+	__syncthreads();
+	if (lane == 0) { rv[w] = bv; ri[w] = bi; }
+	__syncthreads();
+	bv = lane < nw ? rv[lane] : NEG_INF;
+	bi = lane < nw ? ri[lane] : 0x7fffffff;
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+	}
+	v = bv;
+	idx = bi == 0x7fffffff ? b1 : bi;
+}
+
+// block_scan_excl is the block's exclusive prefix sum of v in thread order
+// (blockDim.x a multiple of 32, at most 1024; red holds 32 floats), and
+// total the whole sum, for every thread.
+__device__ __forceinline__ float block_scan_excl(float v, float *red, float &total) {
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	float inc = v;
+	for (int o = 1; o < 32; o <<= 1) {
+		const float n = __shfl_up_sync(0xffffffffu, inc, o);
+		if (lane >= o) inc += n;
+	}
+	__syncthreads();
+	if (lane == 31) red[w] = inc;
+	__syncthreads();
+	float wv = lane < nw ? red[lane] : 0.f, winc = wv;
+	for (int o = 1; o < 32; o <<= 1) {
+		const float n = __shfl_up_sync(0xffffffffu, winc, o);
+		if (lane >= o) winc += n;
+	}
+	total = __shfl_sync(0xffffffffu, winc, 31);
+	const float before = __shfl_sync(0xffffffffu, winc - wv, w); // the warps ahead of this one
+	return before + inc - v;
+}
+
+extern "C" {
+
+// argmax_f32: out[r] = argmax(logits[r][:V]) (lowest index on ties).
+// grid (rows), block a multiple of 32.
+__global__ void argmax_f32(int *out, const float *logits, int V, int stride) {
+	KERNEL_ENTRY();
+	__shared__ float rv[32];
+	__shared__ int ri[32];
+	int r = blockIdx.x;
+	int i = block_argmax(logits + (long long)r * stride, V, rv, ri);
+	if (threadIdx.x == 0) out[r] = i;
+}
+
+// sample_part and sample_pick draw one token per row, as sample_filtered
+// describes, with the row's work spread over many blocks: one block per
+// row read a Qwen3 row of 151,936 logits alone, and its walk to the token
+// added up per-thread sums one after another, 173 µs for the 64 rows of a
+// decode step on the H100 (docs/BENCHMARKS.md, fourteenth session).
+//
+// sample_part: grid (rows, SAMPLE_SEGS), block SAMPLE_PART_THREADS. Each
+// block takes one segment of its row, of ⌈V / SAMPLE_SEGS⌉ tokens, and
+// writes part[(r·SAMPLE_SEGS + s)·3 …]: the segment's largest logit m_s,
+// its lowest index (as a float's bits), and for a row sampled without
+// filters its mass Σ exp((l − m_s) / T). Rows that ask for top-k or top-p
+// are left to sample_pick.
+__global__ void __launch_bounds__(SAMPLE_PART_THREADS) sample_part(float *part, const float *logits, int V, int stride,
+	const float *temperature, const int *top_k, const float *top_p) {
+	KERNEL_ENTRY();
+	__shared__ float red[32];
+	__shared__ int ri[32];
+	const int r = blockIdx.x, sg = blockIdx.y;
+	if (sample_filtered_row(r, V, temperature, top_k, top_p)) return;
+	const float *row = logits + (long long)r * stride;
+	const int len = (V + SAMPLE_SEGS - 1) / SAMPLE_SEGS, b0 = min(V, sg * len), b1 = min(V, b0 + len);
+	float m;
+	int idx;
+	range_argmax(row, b0, b1, red, ri, m, idx);
+	const float temp = temperature[r];
+	float w = 0.f;
+	if (temp > 0.f && m > NEG_INF) {
+		const float inv = 1.f / temp;
+		for (int i = b0 + threadIdx.x; i < b1; i += blockDim.x) w += expf((row[i] - m) * inv);
+		w = block_sum(w, red);
+	}
+	if (threadIdx.x == 0) {
+		float *p = part + ((long long)r * SAMPLE_SEGS + sg) * 3;
+		p[0] = m;
+		p[1] = w;
+		p[2] = __int_as_float(idx);
+	}
+}
+
+// sample_pick: grid (rows), block SAMPLE_THREADS. A greedy row takes the
+// segments' argmax (the largest value, then the lowest index); a row with
+// top-k or top-p runs sample_filtered; any other row draws its uniform u,
+// finds the segment where u · (the row's mass) falls by a prefix over the
+// segments' masses in index order, and walks that segment's tokens in
+// index order (each thread a contiguous run, a block-wide prefix over the
+// runs), so the token is the one the single-block walk over the whole
+// row picks, up to float rounding.
+__global__ void sample_pick(int *out, const float *part, const float *logits, int V, int stride, const float *temperature,
+	const int *top_k, const float *top_p, const unsigned long long *seed, unsigned long long *counter) {
+	KERNEL_ENTRY();
+	__shared__ float red[32];
+	__shared__ float sums[SAMPLE_THREADS];
+	__shared__ int seg;
+	__shared__ float segpre, segm, segt;
+	__shared__ int pick, lastpos;
+	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
+	const float *row = logits + (long long)r * stride;
+	const float temp = temperature[r];
+	if (sample_filtered_row(r, V, temperature, top_k, top_p)) {
+		sample_filtered(out, row, r, V, temp, top_k, top_p, seed, counter, red, sums, seg, segpre);
+		return;
+	}
+	const float *p = part + (long long)r * SAMPLE_SEGS * 3;
+	const int len = (V + SAMPLE_SEGS - 1) / SAMPLE_SEGS;
+	const unsigned long long c = counter[r];
+	if (tid < 32) {
+		const bool has = lane < SAMPLE_SEGS;
+		const float m = has ? p[3 * lane] : NEG_INF, w = has ? p[3 * lane + 1] : 0.f;
+		const int idx = has ? __float_as_int(p[3 * lane + 2]) : 0x7fffffff;
+		if (!(temp > 0.f)) {
+			// Greedy: the segments' argmax in index order (an empty or
+			// all-NaN segment has −inf and an index past its end).
+			float bv = m;
+			int bi = m > NEG_INF ? idx : 0x7fffffff;
+			for (int o = 16; o > 0; o >>= 1) {
+				const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+				const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+				if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+			}
+			if (lane == 0) {
+				out[r] = bi == 0x7fffffff ? 0 : bi;
+				counter[r] = c + 1;
+			}
+			seg = -1;
+		} else {
+			const float M = warp_max(m), inv = 1.f / temp;
+			const float W = w > 0.f ? w * expf((m - M) * inv) : 0.f;
+			float inc = W;
+			for (int o = 1; o < 32; o <<= 1) {
+				const float n = __shfl_up_sync(0xffffffffu, inc, o);
+				if (lane >= o) inc += n;
+			}
+			const float total = __shfl_sync(0xffffffffu, inc, 31);
+			const unsigned long long hsh = splitmix64(seed[r] ^ splitmix64(c));
+			const float target = (float)(hsh >> 40) * (1.f / 16777216.f) * total;
+			// The first segment whose running mass passes the target; the
+			// last one with mass when rounding pushed it past the end.
+			const unsigned hit = __ballot_sync(0xffffffffu, W > 0.f && target < inc);
+			const unsigned some = __ballot_sync(0xffffffffu, W > 0.f);
+			const int s = hit ? __ffs(hit) - 1 : some ? 31 - __clz(some) : -1;
+			if (lane == 0) seg = s;
+			if (s >= 0 && lane == s) {
+				segm = m;
+				segpre = inc - W;
+				// The target in the segment's own units, exp((l − m_s)/T).
+				segt = (target - (inc - W)) / expf((m - M) * inv);
+			}
+			if (lane == 0 && s < 0) {
+				// No mass anywhere (every logit −inf or NaN): argmax's answer.
+				out[r] = 0;
+				counter[r] = c + 1;
+			}
+		}
+	}
+	__syncthreads();
+	const int sg = seg;
+	if (sg < 0) return;
+	const int s0 = sg * len, s1 = min(V, s0 + len);
+	const int chunk = (s1 - s0 + blockDim.x - 1) / blockDim.x;
+	const int b0 = min(s1, s0 + tid * chunk), b1 = min(s1, b0 + chunk);
+	const float m = segm, inv = 1.f / temp, t = segt;
+	float mine = 0.f;
+	for (int i = b0; i < b1; i++) mine += expf((row[i] - m) * inv);
+	float total;
+	const float before = block_scan_excl(mine, red, total);
+	if (tid == 0) { pick = -1; lastpos = -1; }
+	__syncthreads();
+	if (mine > 0.f) atomicMax(&lastpos, tid);
+	if (mine > 0.f && before <= t && t < before + mine) {
+		float acc = before;
+		int k = -1, last = b0;
+		for (int i = b0; i < b1; i++) {
+			const float e = expf((row[i] - m) * inv);
+			if (e > 0.f) last = i;
+			acc += e;
+			if (acc > t) { k = i; break; }
+		}
+		pick = k >= 0 ? k : last;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		int k = pick;
+		if (k < 0) {
+			// Rounding pushed the target past the segment's sum: its last
+			// token with mass.
+			k = s0;
+			const int lt = lastpos;
+			if (lt >= 0) {
+				const int l0 = min(s1, s0 + lt * chunk), l1 = min(s1, l0 + chunk);
+				for (int i = l0; i < l1; i++)
+					if (expf((row[i] - m) * inv) > 0.f) k = i;
+			}
+		}
+		out[r] = k;
 		counter[r] = c + 1;
 	}
 }

@@ -183,8 +183,10 @@ bool run(const Case &c, std::mt19937 &rng) {
 			launch(2, tiles.data() + 2 * (nWarp + nMid), nTiles - nWarp - nMid, r.zb);
 		}
 		if (Z > 1)
-			emu::launch(dim3{(unsigned)T, (unsigned)nh, 1}, dim3{64, 1, 1},
-				[&] { attn_combine(out.data(), acc.data(), ml.data(), nh, hd, Z); });
+			// A grid with fewer warps than rows (96 threads: 3 warps a
+			// block), so that warps walk several rows, as on the GPU.
+			emu::launch(dim3{(unsigned)std::max(1, T * nh / 7), 1, 1}, dim3{96, 1, 1},
+				[&] { attn_combine(out.data(), acc.data(), ml.data(), T * nh, hd, Z); });
 		char what[64];
 		std::snprintf(what, sizeof what, "attn_mma %s %d/%d/%d split%s",
 			r.forms == BigOnly ? "4w" : r.forms == MidOnly ? "mid" : r.forms == Dec ? "dec+mid+4w" : "w1+mid+4w",
