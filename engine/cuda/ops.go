@@ -173,11 +173,19 @@ func (k *Kernels) Embed(s *Stream, x, table, tokens DevicePtr, T, H int) error {
 
 // RMSNorm writes out[t] = RMSNorm(x[t])·w: x f32 [T,H], w f32 [H], out bf16.
 func (k *Kernels) RMSNorm(s *Stream, out, x, w DevicePtr, T, H int, eps float32) error {
-	if err := positive("rmsnorm", T, H); err != nil {
+	return k.RMSNormRows(s, out, x, w, 0, T, H, eps)
+}
+
+// RMSNormRows writes out[j] = RMSNorm(x[rows[j]])·w for the n rows listed
+// in rows (int32 [n] on the device), or for x's first n rows when rows is
+// 0: the final norm of the rows that want logits and their gather for the
+// LM head in one launch.
+func (k *Kernels) RMSNormRows(s *Stream, out, x, w, rows DevicePtr, n, H int, eps float32) error {
+	if err := positive("rmsnorm", n, H); err != nil {
 		return err
 	}
-	k.args.Reset().Ptr(out).Ptr(x).Ptr(w).I32(int32(H)).F32(eps)
-	return k.launch("rmsnorm", Dim3{uint32(T), 1, 1}, Dim3{normThreads(H), 1, 1}, s)
+	k.args.Reset().Ptr(out).Ptr(x).Ptr(w).I32(int32(H)).F32(eps).Ptr(rows)
+	return k.launch("rmsnorm", Dim3{uint32(n), 1, 1}, Dim3{normThreads(H), 1, 1}, s)
 }
 
 // normThreads is rmsnorm's block size for rows of H: two float4 of the

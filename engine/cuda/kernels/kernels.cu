@@ -35,8 +35,11 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 	for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = bf2f(row[i]);
 }
 
-// rmsnorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, fp32 in, bf16 out
-// (the next GEMM's input). grid (T), block a multiple of 32.
+// rmsnorm: out[t] = x[r] / sqrt(mean(x[r]^2) + eps) * w with r = t, or
+// r = rows[t] when rows is not null (the final norm of the rows that want
+// logits, gathered for the LM head in the same pass), fp32 in, bf16 out
+// (the next GEMM's input). grid (T, or rows' length), block a multiple of
+// 32.
 //
 // The norm weight is no kernel's output, so each thread loads its share
 // of it before KERNEL_ENTRY: under PDL that load's latency passes while
@@ -49,7 +52,7 @@ __global__ void embed_bf16(float *x, const bf16 *table, const int *tokens, int H
 // take the looping form, which reads the row twice.
 #define RMS_VEC 4
 #define RMS_PREFETCH 4
-__device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const float *w, int H, float eps) {
+__device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const float *w, int H, float eps, const int *rows) {
 	__shared__ float red[32];
 	const int t = blockIdx.x, n4 = H >> 2;
 	if ((H & 3) == 0 && n4 <= RMS_VEC * (int)blockDim.x && ((unsigned long long)x & 15) == 0 && ((unsigned long long)w & 15) == 0) {
@@ -61,7 +64,7 @@ __device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const fl
 			wv[j] = i < n4 ? ((const float4 *)w)[i] : zero;
 		}
 		KERNEL_ENTRY();
-		const float4 *xr = (const float4 *)(x + (long long)t * H);
+		const float4 *xr = (const float4 *)(x + (long long)(rows ? rows[t] : t) * H);
 		float ss = 0.f;
 #pragma unroll
 		for (int j = 0; j < RMS_VEC; j++) {
@@ -89,7 +92,7 @@ __device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const fl
 		wv[j] = i < H ? w[i] : 0.f;
 	}
 	KERNEL_ENTRY();
-	const float *xr = x + (long long)t * H;
+	const float *xr = x + (long long)(rows ? rows[t] : t) * H;
 	float ss = 0.f;
 	for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
 	ss = block_sum(ss, red);
@@ -102,8 +105,8 @@ __device__ __forceinline__ void rmsnorm_body(bf16 *out, const float *x, const fl
 	}
 	for (int i = threadIdx.x + RMS_PREFETCH * blockDim.x; i < H; i += blockDim.x) o[i] = f2bf(xr[i] * scale * w[i]);
 }
-__global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps) {
-	rmsnorm_body(out, x, w, H, eps);
+__global__ void __launch_bounds__(1024) rmsnorm(bf16 *out, const float *x, const float *w, int H, float eps, const int *rows) {
+	rmsnorm_body(out, x, w, H, eps, rows);
 }
 
 // add_rmsnorm: x[t] += d[t] (residual add), then out[t] = RMSNorm(x[t]) * w.
@@ -271,24 +274,46 @@ __device__ __forceinline__ void qk_norm_rope_store_body(bf16 *qkv, const float *
 	if (h >= nh + 2 * nkv) return; // the last block's spare warps (no barrier below)
 	int stride = (nh + 2 * nkv) * hd;
 	bf16 *row = qkv + (long long)t * stride + h * hd;
-	float lo[K][V], hi[K][V];
+	// Every load a lane needs is issued here, at once: its values, the
+	// token's slot and its (cos, sin), so the warp waits out one round trip
+	// to memory instead of three in a row (row, then slot, then table
+	// after the norm).
+	const int slot = slots[t];
+	const bool rot = isq || isk;
+	float lo[K][V], hi[K][V], r[K][2 * V];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		int i = V * (lane + 32 * k);
 #pragma unroll
-		for (int v = 0; v < V; v++) lo[k][v] = hi[k][v] = 0.f;
+		for (int v = 0; v < V; v++) lo[k][v] = hi[k][v] = r[k][2 * v] = r[k][2 * v + 1] = 0.f;
 		if (i < half) {
 			rope_ld_bf16<V>(row + i, lo[k]);
 			rope_ld_bf16<V>(row + i + half, hi[k]);
-			if (b)
-#pragma unroll
-				for (int v = 0; v < V; v++) {
-					// Round after the bias add as a bf16 linear layer would.
-					lo[k][v] = bf2f(f2bf(lo[k][v] + blo[k][v]));
-					hi[k][v] = bf2f(f2bf(hi[k][v] + bhi[k][v]));
+			if (rot) {
+				// (cos, sin) of i … i+V−1: V pairs, one 16-byte load for two.
+				const float *rp = cs + ((long long)t * half + i) * 2;
+				if constexpr (V == 2) {
+					float4 c4 = *(const float4 *)rp;
+					r[k][0] = c4.x;
+					r[k][1] = c4.y;
+					r[k][2] = c4.z;
+					r[k][3] = c4.w;
+				} else {
+					r[k][0] = rp[0];
+					r[k][1] = rp[1];
 				}
+			}
 		}
 	}
+	if (b)
+#pragma unroll
+		for (int k = 0; k < K; k++)
+#pragma unroll
+			for (int v = 0; v < V; v++) {
+				// Round after the bias add as a bf16 linear layer would.
+				lo[k][v] = bf2f(f2bf(lo[k][v] + blo[k][v]));
+				hi[k][v] = bf2f(f2bf(hi[k][v] + bhi[k][v]));
+			}
 	if (nw) {
 		float ss = 0.f;
 #pragma unroll
@@ -305,7 +330,6 @@ __device__ __forceinline__ void qk_norm_rope_store_body(bf16 *qkv, const float *
 				hi[k][v] = hi[k][v] * scale * nhi[k][v];
 			}
 	}
-	int slot = slots[t];
 	bf16 *dst = row;
 	if (!isq) {
 		if (slot < 0) return; // padding token: nothing to store
@@ -317,27 +341,13 @@ __device__ __forceinline__ void qk_norm_rope_store_body(bf16 *qkv, const float *
 	for (int k = 0; k < K; k++) {
 		int i = V * (lane + 32 * k);
 		if (i >= half) continue;
-		if (isq || isk) {
-			// (cos, sin) of i … i+V−1: V pairs, one 16-byte load for two.
-			float r[2 * V];
-			const float *rp = cs + ((long long)t * half + i) * 2;
-			if constexpr (V == 2) {
-				float4 c4 = *(const float4 *)rp;
-				r[0] = c4.x;
-				r[1] = c4.y;
-				r[2] = c4.z;
-				r[3] = c4.w;
-			} else {
-				r[0] = rp[0];
-				r[1] = rp[1];
-			}
+		if (rot)
 #pragma unroll
 			for (int v = 0; v < V; v++) {
-				float a = lo[k][v], c = hi[k][v], co = r[2 * v], sn = r[2 * v + 1];
+				float a = lo[k][v], c = hi[k][v], co = r[k][2 * v], sn = r[k][2 * v + 1];
 				lo[k][v] = a * co - c * sn;
 				hi[k][v] = c * co + a * sn;
 			}
-		}
 		rope_st_bf16<V>(dst + i, lo[k]);
 		rope_st_bf16<V>(dst + i + half, hi[k]);
 	}
@@ -1471,32 +1481,44 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
 	return x ^ (x >> 31);
 }
 
-// block_argmax: the largest value and, among equal ones, the lowest index.
-// Every thread gets the index. rv/ri hold 32 entries each.
-__device__ __forceinline__ int block_argmax(const float *row, int V, float *rv, int *ri) {
+// range_argmax: the largest value of row[b0 … b1) and, among equal ones,
+// the lowest index (−inf and b1 when the range is empty or all NaN), for
+// the whole block; rv/ri hold 32 entries each.
+__device__ __forceinline__ void range_argmax(const float *row, int b0, int b1, float *rv, int *ri, float &v, int &idx) {
 	float bv = NEG_INF;
 	int bi = 0x7fffffff;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float v = row[i];
-		if (v > bv) { bv = v; bi = i; } // i rises, so ties keep the first
+	for (int i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+		const float x = row[i];
+		if (x > bv) { bv = x; bi = i; } // i rises, so ties keep the first
 	}
 	for (int o = 16; o > 0; o >>= 1) {
-		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
 		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
 	}
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
 	__syncthreads();
 	if (lane == 0) { rv[w] = bv; ri[w] = bi; }
 	__syncthreads();
 	bv = lane < nw ? rv[lane] : NEG_INF;
 	bi = lane < nw ? ri[lane] : 0x7fffffff;
 	for (int o = 16; o > 0; o >>= 1) {
-		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
 		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
 	}
-	return bi == 0x7fffffff ? 0 : bi;
+	v = bv;
+	idx = bi == 0x7fffffff ? b1 : bi;
+}
+
+// block_argmax: the index of the largest value of row[0 … V), the lowest
+// among equal ones, 0 when no value is larger than −inf (NaN never is).
+// Every thread gets it. rv/ri hold 32 entries each.
+__device__ __forceinline__ int block_argmax(const float *row, int V, float *rv, int *ri) {
+	float v;
+	int idx;
+	range_argmax(row, 0, V, rv, ri, v, idx);
+	return idx == V ? 0 : idx;
 }
 
 #define SAMPLE_THREADS 1024
@@ -1608,36 +1630,6 @@ __device__ __forceinline__ void sample_filtered(int *out, const float *row, int 
 __device__ __forceinline__ bool sample_filtered_row(int r, int V, const float *temperature, const int *top_k, const float *top_p) {
 	const int k = top_k[r];
 	return temperature[r] > 0.f && ((k > 0 && k < V) || top_p[r] < 1.f);
-}
-
-// range_argmax: the largest value of row[b0 … b1) and, among equal ones,
-// the lowest index (−inf and b1 when the range is empty or all NaN), for
-// the whole block; rv/ri hold 32 entries each.
-__device__ __forceinline__ void range_argmax(const float *row, int b0, int b1, float *rv, int *ri, float &v, int &idx) {
-	float bv = NEG_INF;
-	int bi = 0x7fffffff;
-	for (int i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
-		const float x = row[i];
-		if (x > bv) { bv = x; bi = i; } // i rises, so ties keep the first
-	}
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-	}
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-	__syncthreads();
-	if (lane == 0) { rv[w] = bv; ri[w] = bi; }
-	__syncthreads();
-	bv = lane < nw ? rv[lane] : NEG_INF;
-	bi = lane < nw ? ri[lane] : 0x7fffffff;
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-	}
-	v = bv;
-	idx = bi == 0x7fffffff ? b1 : bi;
 }
 
 // block_scan_excl is the block's exclusive prefix sum of v in thread order
