@@ -37,6 +37,10 @@ export XDG_DATA_HOME=$WORK/data
 say() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
 d=$WORK/qwen3-$PRESET
 TOKARGS=(); [[ -n ${TOK:-} ]] && TOKARGS=(--tokenizer "$TOK")
+# The client sizes prompts in the model's own tokens (a 1,024-token prompt is
+# 1,024 Qwen3 tokens; at ~4 characters a token it was ~848). BENCH_TOK_MODE=chars
+# keeps the character sizing, for comparison with earlier runs.
+BENCH_TOK=("${TOKARGS[@]}"); [[ ${BENCH_TOK_MODE:-} == chars ]] && BENCH_TOK=()
 [[ -f $d/config.json ]] || { say "synth $PRESET"; "$BIN" model synth --arch qwen3 --preset "$PRESET" --out "$d" --seed 7 "${TOKARGS[@]}" >>"$LOG" 2>&1; }
 cat "$d"/*.safetensors >/dev/null
 
@@ -72,7 +76,7 @@ metric() { curl -fsS http://127.0.0.1:$PORT/metrics | awk -v m="$1" '$1 == m || 
 bench() { # stem, bench flags…
 	local stem=$1; shift
 	local t0=$SECONDS
-	"$BIN" bench --url http://127.0.0.1:$PORT --endpoint completions --ignore-eos --quiet --json \
+	"$BIN" bench --url http://127.0.0.1:$PORT --endpoint completions --ignore-eos --quiet --json "${BENCH_TOK[@]}" \
 		--record "$RES/$stem.jsonl" "$@" >"$RES/$stem.json" 2>>"$LOG"
 	say "bench $stem rc=$? in $((SECONDS - t0)) s"
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/probe/load"
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/sessions"
@@ -44,6 +45,7 @@ type benchOptions struct {
 	apiKey                 string
 	quiet                  bool
 	tui                    bool
+	tokenizer              string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -86,7 +88,8 @@ with --json.`,
 	f.StringVar(&o.workload, "workload", "baseline", "workload: "+strings.Join(load.BuiltinNames(), ", ")+", or all")
 	f.StringVar(&o.workloadFile, "workload-file", "", "JSON file of custom workloads (docs/BENCH_SCHEMA.md)")
 	f.IntVar(&o.numRequests, "num-requests", 0, "custom workload: number of requests (with --qps: per QPS level)")
-	f.IntVar(&o.promptTokens, "prompt-tokens", 0, "custom workload: prompt length in tokens (~4 chars each; --qps default 1024)")
+	f.IntVar(&o.promptTokens, "prompt-tokens", 0, "custom workload: prompt length in tokens (see --tokenizer; --qps default 1024)")
+	f.StringVar(&o.tokenizer, "tokenizer", "", "the served model's tokenizer directory (tokenizer.json): prompts of exactly their token lengths in its tokens; without it, ~4 characters a token, which a real tokenizer counts differently (Qwen3: 848 of 1,024)")
 	f.IntVar(&o.maxTokens, "max-tokens", 0, "custom workload: max_tokens (--qps default 128)")
 	f.IntVar(&o.concurrency, "concurrency", 0, "cap on requests in flight (0: no cap)")
 	f.Float64SliceVar(&o.qps, "qps", nil, "QPS sweep: Poisson arrival rates, e.g. 1,2,4,8")
@@ -162,6 +165,14 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	if err != nil {
 		return withExit(2, err)
 	}
+	var tok load.Tokenizer
+	if o.tokenizer != "" {
+		t, err := tokenizer.Load(o.tokenizer)
+		if err != nil {
+			return withExit(2, fmt.Errorf("--tokenizer: %w", err))
+		}
+		tok = t
+	}
 	clock := trace.NewClock()
 	client, err := o.newClient(ctx, plan, ep, clock)
 	if err != nil {
@@ -214,7 +225,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else if !o.quiet {
 		stopProgress = printBenchProgress(ctx, progress, stderr)
 	}
-	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress}
+	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok}
 	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
 	_, fileErr := l.Finish()

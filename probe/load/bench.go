@@ -72,6 +72,9 @@ type Bench struct {
 	Run int
 	// Corpus prompts are cut from (nil: the embedded one).
 	Corpus *Corpus
+	// Tokenizer, when set, sizes prompts in the served model's tokens
+	// (Spec.GenerateTokens); nil sizes them at CharsPerToken.
+	Tokenizer Tokenizer
 }
 
 // RunResult is one run's requests (in item order) and its span on the
@@ -120,7 +123,7 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 		}
 	}
 	for _, spec := range p.Workloads {
-		items, err := spec.Generate(p.Seed, corpus)
+		items, err := spec.GenerateTokens(p.Seed, corpus, b.Tokenizer)
 		if err != nil {
 			return rep, err
 		}

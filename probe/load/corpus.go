@@ -78,7 +78,11 @@ func (c *Corpus) Passage(rng *rand.Rand, n int) string {
 	if n <= 0 {
 		return ""
 	}
-	start := c.starts[rng.IntN(len(c.starts))]
+	return c.passageFrom(c.starts[rng.IntN(len(c.starts))], n)
+}
+
+// passageFrom is Passage from the corpus offset start.
+func (c *Corpus) passageFrom(start, n int) string {
 	var b strings.Builder
 	b.Grow(n + 16)
 	pos := start
@@ -99,3 +103,68 @@ func (c *Corpus) Passage(rng *rand.Rand, n int) string {
 	b.WriteString(c.text[pos:end])
 	return strings.TrimSpace(b.String())
 }
+
+// Tokenizer is the served model's tokenizer, with which a bench sizes its
+// prompts in that model's tokens (engine/tokenizer's Tokenizer is one).
+// Without one, a prompt of n tokens is n·CharsPerToken characters, which
+// real tokenizers count differently: Qwen3's made 848 tokens of the
+// 1,024-token workload's 4,096 characters (docs/BENCHMARKS.md,
+// fourteenth session).
+type Tokenizer interface {
+	Encode(text string) []int32
+	Decode(ids []int32) string
+}
+
+// PassageTokens returns prose starting at a sentence chosen by rng that tok
+// encodes as n tokens, and the count it does encode as: a passage long
+// enough for n, cut after a token and decoded. A cut inside a word can
+// encode differently once decoded (a byte-level BPE may split the last
+// piece otherwise with nothing after it), so the cut moves a few tokens
+// either way until the text's own count is n; where no nearby cut gives
+// exactly n, the nearest count wins (a real tokenizer is rarely off, and
+// then by one).
+func (c *Corpus) PassageTokens(rng *rand.Rand, n int, tok Tokenizer) (string, int, error) {
+	if n <= 0 {
+		return "", 0, nil
+	}
+	start := c.starts[rng.IntN(len(c.starts))]
+	chars := 2 * n * CharsPerToken
+	var ids []int32
+	for {
+		ids = tok.Encode(c.passageFrom(start, chars))
+		if len(ids) >= n+tokenSlack {
+			break
+		}
+		if chars > 64*n*CharsPerToken {
+			return "", 0, fmt.Errorf("the tokenizer makes fewer than %d tokens of %d characters of prose; is it a text tokenizer?", n, chars)
+		}
+		chars *= 2
+	}
+	best, bestN := "", -1
+	// Cuts at n, n−1, n+1, n−2, n+2, …
+	for i := 0; i <= 2*tokenSlack; i++ {
+		k := n + (i+1)/2*(1-2*(i%2))
+		if k < 1 || k > len(ids) {
+			continue
+		}
+		text := tok.Decode(ids[:k])
+		got := len(tok.Encode(text))
+		if got == n {
+			return text, n, nil
+		}
+		if bestN < 0 || abs(got-n) < abs(bestN-n) {
+			best, bestN = text, got
+		}
+	}
+	return best, bestN, nil
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// tokenSlack is how far PassageTokens moves a cut to hit the count.
+const tokenSlack = 16

@@ -333,8 +333,9 @@ type Item struct {
 	// At is the planned send time, from the start of the run. Sequential
 	// items have zero: each goes when the previous one ends.
 	At time.Duration
-	// Prompt is the text sent; PromptTokens the length it was sized for
-	// (the server's count is in the result).
+	// Prompt is the text sent; PromptTokens the length it was sized for,
+	// or with a tokenizer its count of Prompt (the server's count is in
+	// the result).
 	Prompt       string
 	PromptTokens int
 	MaxTokens    int
@@ -342,7 +343,15 @@ type Item struct {
 
 // Generate draws a run of the workload from seed: prompt and output lengths,
 // prompts from the corpus, arrival times. The same seed gives the same run.
-func (s Spec) Generate(seed uint64, c *Corpus) ([]Item, error) {
+// Prompts are sized at CharsPerToken characters a token; GenerateTokens
+// sizes them with the served model's tokenizer.
+func (s Spec) Generate(seed uint64, c *Corpus) ([]Item, error) { return s.GenerateTokens(seed, c, nil) }
+
+// GenerateTokens is Generate with prompts of their drawn lengths in tok's
+// tokens (a shared prefix and its suffix each, with a blank line between
+// them; see Corpus.PassageTokens), and each Item's PromptTokens tok's count
+// of the prompt sent; tok nil sizes them as Generate does.
+func (s Spec) GenerateTokens(seed uint64, c *Corpus, tok Tokenizer) ([]Item, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -357,13 +366,33 @@ func (s Spec) Generate(seed uint64, c *Corpus) ([]Item, error) {
 
 	items := make([]Item, s.Requests)
 	promptLens := s.promptLengths(lenRNG)
+	passage := func(n int) (string, error) {
+		if tok == nil {
+			return c.Passage(txtRNG, n*CharsPerToken), nil
+		}
+		text, _, err := c.PassageTokens(txtRNG, n, tok)
+		return text, err
+	}
 	var prefix string
 	if s.SharedPrefixTokens > 0 {
-		prefix = c.Passage(txtRNG, s.SharedPrefixTokens*CharsPerToken) + "\n\n"
+		p, err := passage(s.SharedPrefixTokens)
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: shared prefix: %w", s.Name, err)
+		}
+		prefix = p + "\n\n"
 	}
 	for i := range items {
 		items[i] = Item{Index: i, PromptTokens: s.SharedPrefixTokens + promptLens[i], MaxTokens: s.MaxTokens.draw(lenRNG)}
-		items[i].Prompt = prefix + c.Passage(txtRNG, promptLens[i]*CharsPerToken)
+		p, err := passage(promptLens[i])
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: prompt %d: %w", s.Name, i, err)
+		}
+		items[i].Prompt = prefix + p
+		if tok != nil {
+			// What the server will count (the prefix, its blank line,
+			// the suffix), not what was asked for.
+			items[i].PromptTokens = len(tok.Encode(items[i].Prompt))
+		}
 	}
 	var t float64 // seconds
 	for i := range items {
