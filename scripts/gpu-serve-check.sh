@@ -15,6 +15,8 @@ PORT=${PORT:-18555}
 mkdir -p "$OUT/res" "$WORK"
 export XDG_DATA_HOME=$WORK/data
 d=$WORK/qwen3-$PRESET
+# TOK also sizes the bench's prompts in the model's tokens (1,024 Qwen3
+# tokens, not ~848 at 4 characters a token).
 TOKARGS=(); [[ -n ${TOK:-} ]] && TOKARGS=(--tokenizer "$TOK")
 [[ -f $d/config.json ]] || "$BIN" model synth --arch qwen3 --preset "$PRESET" --out "$d" --seed 7 "${TOKARGS[@]}" >"$OUT/res/synth.log" 2>&1
 "$BIN" serve --model "$d" --device "${DEVICE:-cuda}" --addr 127.0.0.1:$PORT --max-batch 64 2>"$OUT/res/serve.log" &
@@ -26,7 +28,7 @@ fails=0
 echo "=== bench: 64 streams, 1024 in / 128 out"
 "$BIN" bench --url http://127.0.0.1:$PORT --endpoint completions --num-requests ${NREQ:-64} --concurrency 64 \
 	--prompt-tokens 1024 --max-tokens 128 --ignore-eos --quiet --warmup-runs ${WARMUP:-1} --repeat-runs ${REPEAT:-3} \
-	--record "$OUT/res/bench-64x1024.jsonl" --json >"$OUT/res/bench-64x1024.json" || fails=$((fails+1))
+	"${TOKARGS[@]}" --record "$OUT/res/bench-64x1024.jsonl" --json >"$OUT/res/bench-64x1024.json" || fails=$((fails+1))
 python3 - "$OUT/res/bench-64x1024.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
