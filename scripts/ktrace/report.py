@@ -148,7 +148,10 @@ def main():
     for bi, b in enumerate(bursts):
         if len(b) < a.min_burst_steps:
             continue
-        b[-1]["end"] -= b[-1]["tail"]  # the burst ends with its last kernel
+        # The burst ends with its last kernel, not with the idle time
+        # before the next burst.
+        b[-1]["end"] -= b[-1]["tail"]
+        b[-1]["span"] -= b[-1]["tail"]
         b[-1]["tail"] = 0
         report(b, "burst %d: %.3f s after the first step" % (bi, (b[0]["t0"] - t_first) / 1e9), a)
 
