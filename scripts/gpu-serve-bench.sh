@@ -122,7 +122,12 @@ stop_server
 #   budgetN     --max-batched-tokens N;
 #   bsN         --block-size N (positions per KV block);
 #   env:K=V     the environment setting K=V (e.g. env:TRENI_CUDA_PDL=off),
-#               named K=V in the tables.
+#               named K=V in the tables;
+#   ktrace      the main server's binary with every kernel recorded
+#               (scripts/ktrace, built here against the machine's CUPTI):
+#               res/ktrace-report.txt splits its steps into kernels, gaps
+#               and host time; its throughput is the traced one (CUPTI
+#               costs 5–8% of it).
 # COMPARE_PAGED=1 is VARIANTS=paged.
 VARIANTS=${VARIANTS:-}
 [[ -n ${COMPARE_PAGED:-} ]] && VARIANTS="paged $VARIANTS"
@@ -136,13 +141,22 @@ for v in $VARIANTS; do
 	budget[0-9]*) flags=(--max-batched-tokens "${v#budget}") ;;
 	bs[0-9]*) flags=(--block-size "${v#bs}") ;;
 	env:*=*) envs=("${v#env:}") v=${v#env:} ;;
+	ktrace)
+		lib=$(bash scripts/ktrace/build.sh "$WORK/ktrace" 2>>"$LOG") || { say "variant ktrace skipped: the library did not build"; continue; }
+		envs=(CUDA_INJECTION64_PATH="$lib" TRENI_KTRACE_OUT="$RES/ktrace.txt") ;;
 	*) say "unknown variant $v"; continue ;;
 	esac
 	say "serve $PRESET, variant $v: ${envs[*]} ${flags[*]}"
 	start_server "$RES/serve-$v.log" "${envs[@]}" -- "${flags[@]}" || { say "variant $v skipped"; continue; }
 	streams "-$v"
 	bench "chunked-$v" --workload chunked_prefill --warmup-runs 0 --repeat-runs 1
+	sleep 0.5 # the trace's last records reach the file
 	stop_server
 	SBIN=
+	if [[ $v == ktrace ]]; then
+		python3 scripts/ktrace/report.py "$RES/ktrace.txt" --per-kernel >"$RES/ktrace-report.txt" 2>&1
+		say "ktrace: $(head -1 "$RES/ktrace-report.txt")"
+		xz -f "$RES/ktrace.txt"
+	fi
 done
 python3 scripts/serve_bench_table.py "$RES" | tee "$RES/serve-table.md"
