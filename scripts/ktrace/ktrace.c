@@ -17,6 +17,7 @@
 //   K start end stream graph gx gy gz bx regs name     (a kernel)
 //   C start end stream graph bytes copykind            (a memcpy)
 //   S start end stream graph bytes                     (a memset)
+//   D n                                                (n records CUPTI dropped)
 #include <cupti.h>
 #include <pthread.h>
 #include <stdint.h>
