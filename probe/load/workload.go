@@ -366,31 +366,31 @@ func (s Spec) GenerateTokens(seed uint64, c *Corpus, tok Tokenizer) ([]Item, err
 
 	items := make([]Item, s.Requests)
 	promptLens := s.promptLengths(lenRNG)
-	passage := func(n int) (string, error) {
+	// passage returns n tokens of prose and tok's count of it (n without
+	// a tokenizer).
+	passage := func(n int) (string, int, error) {
 		if tok == nil {
-			return c.Passage(txtRNG, n*CharsPerToken), nil
+			return c.Passage(txtRNG, n*CharsPerToken), n, nil
 		}
-		text, _, err := c.PassageTokens(txtRNG, n, tok)
-		return text, err
+		return c.PassageTokens(txtRNG, n, tok)
 	}
 	var prefix string
 	if s.SharedPrefixTokens > 0 {
-		p, err := passage(s.SharedPrefixTokens)
+		p, _, err := passage(s.SharedPrefixTokens)
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: shared prefix: %w", s.Name, err)
 		}
 		prefix = p + "\n\n"
 	}
 	for i := range items {
-		items[i] = Item{Index: i, PromptTokens: s.SharedPrefixTokens + promptLens[i], MaxTokens: s.MaxTokens.draw(lenRNG)}
-		p, err := passage(promptLens[i])
+		p, n, err := passage(promptLens[i])
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: prompt %d: %w", s.Name, i, err)
 		}
-		items[i].Prompt = prefix + p
-		if tok != nil {
-			// What the server will count (the prefix, its blank line,
-			// the suffix), not what was asked for.
+		items[i] = Item{Index: i, Prompt: prefix + p, PromptTokens: s.SharedPrefixTokens + n, MaxTokens: s.MaxTokens.draw(lenRNG)}
+		if tok != nil && prefix != "" {
+			// What the server will count: the prefix and its blank line
+			// may merge with the suffix's first token.
 			items[i].PromptTokens = len(tok.Encode(items[i].Prompt))
 		}
 	}
