@@ -10,7 +10,7 @@ inc=
 for d in ${CUPTI_DIR:-} /usr/local/cuda/extras/CUPTI /usr/local/cuda/targets/x86_64-linux \
 	$(python3 -c 'import nvidia, os; [print(os.path.join(p, s)) for p in nvidia.__path__ for s in sorted(os.listdir(p)) if "cupti" in s or s.startswith("cu1")]' 2>/dev/null); do
 	[[ -n $d && -f $d/include/cupti.h ]] && { inc=$d/include; break; }
-	[[ -n $d && -f $d/cuda_cupti/include/cupti.h ]] && { d=$d/cuda_cupti; inc=$d/include; break; }
+	[[ -n $d && -f $d/cuda_cupti/include/cupti.h ]] && { inc=$d/cuda_cupti/include; break; }
 done
 [[ -n $inc ]] || { echo "ktrace: no cupti.h found; set CUPTI_DIR" >&2; exit 1; }
 lib=$(dirname "$inc")

@@ -19,28 +19,29 @@ import statistics
 import sys
 
 
+# Kernel classes by name prefix, first match wins (attn_combine before the
+# other attn_ kernels); any other kernel whose name holds one of
+# CUBLAS_MARKS (lower case) is cuBLASLt's.
+CLASSES = [
+    (("attn_combine",), "attn_combine"),
+    (("attn_", "paged_attention"), "attention"),
+    (("gemm_skinny",), "gemm_own"),
+    (("rmsnorm", "add_rmsnorm"), "norm"),
+    (("qk_norm_rope_store",), "rope_store"),
+    (("swiglu",), "swiglu"),
+    (("argmax", "sample"), "sample"),
+    (("embed",), "embed"),
+    (("bias_add", "add_f32"), "bias_add"),
+]
+CUBLAS_MARKS = ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce")
+
+
 def klass(name):
-    n = name
-    if n.startswith("attn_combine"):
-        return "attn_combine"
-    if n.startswith(("attn_", "paged_attention")):
-        return "attention"
-    if n.startswith("gemm_skinny"):
-        return "gemm_own"
-    if "nvjet" in n or "gemm" in n.lower() or "xmma" in n or "cutlass" in n or "splitKreduce" in n:
+    for prefixes, cls in CLASSES:
+        if name.startswith(prefixes):
+            return cls
+    if any(m in name.lower() for m in CUBLAS_MARKS):
         return "gemm_cublaslt"
-    if n.startswith(("rmsnorm", "add_rmsnorm")):
-        return "norm"
-    if n.startswith("qk_norm_rope_store"):
-        return "rope_store"
-    if n.startswith("swiglu"):
-        return "swiglu"
-    if n.startswith(("argmax", "sample")):
-        return "sample"
-    if n.startswith("embed"):
-        return "embed"
-    if n.startswith(("bias_add", "add_f32")):
-        return "bias_add"
     return "other"
 
 
