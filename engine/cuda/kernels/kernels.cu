@@ -1481,6 +1481,33 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
 	return x ^ (x >> 31);
 }
 
+// sample_uniform is the draw in [0, 1) for a row's seed at its counter
+// (sched.SampleUniform is its host twin).
+__device__ __forceinline__ float sample_uniform(unsigned long long seed, unsigned long long counter) {
+	const unsigned long long h = splitmix64(seed ^ splitmix64(counter));
+	return (float)(h >> 40) * (1.f / 16777216.f);
+}
+
+// warp_argmax reduces (value, index) pairs over the warp to the largest
+// value and, among equal ones, the lowest index; every lane gets them.
+__device__ __forceinline__ void warp_argmax(float &v, int &i) {
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+		if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+	}
+}
+
+// warp_scan is the warp's inclusive prefix sum of v in lane order.
+__device__ __forceinline__ float warp_scan(float v) {
+	const int lane = threadIdx.x & 31;
+	for (int o = 1; o < 32; o <<= 1) {
+		const float n = __shfl_up_sync(0xffffffffu, v, o);
+		if (lane >= o) v += n;
+	}
+	return v;
+}
+
 // range_argmax: the largest value of row[b0 … b1) and, among equal ones,
 // the lowest index (−inf and b1 when the range is empty or all NaN), for
 // the whole block; rv/ri hold 32 entries each.
@@ -1491,22 +1518,14 @@ __device__ __forceinline__ void range_argmax(const float *row, int b0, int b1, f
 		const float x = row[i];
 		if (x > bv) { bv = x; bi = i; } // i rises, so ties keep the first
 	}
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-	}
+	warp_argmax(bv, bi);
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
 	__syncthreads();
 	if (lane == 0) { rv[w] = bv; ri[w] = bi; }
 	__syncthreads();
 	bv = lane < nw ? rv[lane] : NEG_INF;
 	bi = lane < nw ? ri[lane] : 0x7fffffff;
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-	}
+	warp_argmax(bv, bi);
 	v = bv;
 	idx = bi == 0x7fffffff ? b1 : bi;
 }
@@ -1593,8 +1612,7 @@ __device__ __forceinline__ void sample_filtered(int *out, const float *row, int 
 	if (tid == 0) {
 		float total = 0.f;
 		for (int i = 0; i < (int)blockDim.x; i++) total += sums[i];
-		unsigned long long hsh = splitmix64(seed[r] ^ splitmix64(c));
-		float u = (float)(hsh >> 40) * (1.f / 16777216.f);
+		float u = sample_uniform(seed[r], c);
 		float target = u * total, pre = 0.f;
 		int sg = -1, last = 0;
 		float lastpre = 0.f;
@@ -1633,24 +1651,14 @@ __device__ __forceinline__ bool sample_filtered_row(int r, int V, const float *t
 }
 
 // block_scan_excl is the block's exclusive prefix sum of v in thread order
-// (blockDim.x a multiple of 32, at most 1024; red holds 32 floats), and
-// total the whole sum, for every thread.
-__device__ __forceinline__ float block_scan_excl(float v, float *red, float &total) {
+// (blockDim.x a multiple of 32, at most 1024; red holds 32 floats).
+__device__ __forceinline__ float block_scan_excl(float v, float *red) {
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	float inc = v;
-	for (int o = 1; o < 32; o <<= 1) {
-		const float n = __shfl_up_sync(0xffffffffu, inc, o);
-		if (lane >= o) inc += n;
-	}
+	const float inc = warp_scan(v);
 	__syncthreads();
 	if (lane == 31) red[w] = inc;
 	__syncthreads();
-	float wv = lane < nw ? red[lane] : 0.f, winc = wv;
-	for (int o = 1; o < 32; o <<= 1) {
-		const float n = __shfl_up_sync(0xffffffffu, winc, o);
-		if (lane >= o) winc += n;
-	}
-	total = __shfl_sync(0xffffffffu, winc, 31);
+	const float wv = lane < nw ? red[lane] : 0.f, winc = warp_scan(wv);
 	const float before = __shfl_sync(0xffffffffu, winc - wv, w); // the warps ahead of this one
 	return before + inc - v;
 }
@@ -1742,11 +1750,7 @@ __global__ void sample_pick(int *out, const float *part, const float *logits, in
 			// all-NaN segment has −inf and an index past its end).
 			float bv = m;
 			int bi = m > NEG_INF ? idx : 0x7fffffff;
-			for (int o = 16; o > 0; o >>= 1) {
-				const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-				const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-				if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-			}
+			warp_argmax(bv, bi);
 			if (lane == 0) {
 				out[r] = bi == 0x7fffffff ? 0 : bi;
 				counter[r] = c + 1;
@@ -1755,14 +1759,9 @@ __global__ void sample_pick(int *out, const float *part, const float *logits, in
 		} else {
 			const float M = warp_max(m), inv = 1.f / temp;
 			const float W = w > 0.f ? w * expf((m - M) * inv) : 0.f;
-			float inc = W;
-			for (int o = 1; o < 32; o <<= 1) {
-				const float n = __shfl_up_sync(0xffffffffu, inc, o);
-				if (lane >= o) inc += n;
-			}
+			const float inc = warp_scan(W);
 			const float total = __shfl_sync(0xffffffffu, inc, 31);
-			const unsigned long long hsh = splitmix64(seed[r] ^ splitmix64(c));
-			const float target = (float)(hsh >> 40) * (1.f / 16777216.f) * total;
+			const float target = sample_uniform(seed[r], c) * total;
 			// The first segment whose running mass passes the target; the
 			// last one with mass when rounding pushed it past the end.
 			const unsigned hit = __ballot_sync(0xffffffffu, W > 0.f && target < inc);
@@ -1771,7 +1770,6 @@ __global__ void sample_pick(int *out, const float *part, const float *logits, in
 			if (lane == 0) seg = s;
 			if (s >= 0 && lane == s) {
 				segm = m;
-				segpre = inc - W;
 				// The target in the segment's own units, exp((l − m_s)/T).
 				segt = (target - (inc - W)) / expf((m - M) * inv);
 			}
@@ -1791,8 +1789,7 @@ __global__ void sample_pick(int *out, const float *part, const float *logits, in
 	const float m = segm, inv = 1.f / temp, t = segt;
 	float mine = 0.f;
 	for (int i = b0; i < b1; i++) mine += expf((row[i] - m) * inv);
-	float total;
-	const float before = block_scan_excl(mine, red, total);
+	const float before = block_scan_excl(mine, red);
 	if (tid == 0) { pick = -1; lastpos = -1; }
 	__syncthreads();
 	if (mine > 0.f) atomicMax(&lastpos, tid);

@@ -178,10 +178,7 @@ inline int __shfl_xor_sync(unsigned, int v, int o) { return emu::shfl(v, emu::la
 inline int __shfl_sync(unsigned, int v, int src) { return emu::shfl(v, src); }
 inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl(v, src); }
 // __shfl_up_sync: lane l reads lane l − d's value, its own below d.
-inline float __shfl_up_sync(unsigned, float v, int d) {
-	float r = emu::shfl(v, emu::lane >= d ? emu::lane - d : emu::lane);
-	return r;
-}
+inline float __shfl_up_sync(unsigned, float v, int d) { return emu::shfl(v, emu::lane >= d ? emu::lane - d : emu::lane); }
 inline int __shfl_up_sync(unsigned, int v, int d) { return emu::shfl(v, emu::lane >= d ? emu::lane - d : emu::lane); }
 // __ballot_sync: bit l holds lane l's predicate.
 inline unsigned __ballot_sync(unsigned, int pred) {
