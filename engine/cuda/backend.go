@@ -73,6 +73,10 @@ type BackendOptions struct {
 	// those whose 16-feature blocks would be at most 1.5 per SM
 	// (SkinnyNarrowAuto); SkinnyNarrowEnv overrides it.
 	SkinnyNarrow string
+	// SkinnyRows is SkinnyRows16 (the default) or SkinnyRows8: the most
+	// rows GemmAuto keeps on gemm_skinny in eager steps once cuBLASLt has
+	// run the shape (see skinnyEager); SkinnyRowsEnv overrides it.
+	SkinnyRows string
 	// DecodeAttention is DecodeAttentionOn (the default) or
 	// DecodeAttentionOff: whether a step whose warp tiles each hold one
 	// token (a decode step) runs them on attn_dec, where the shape has it
@@ -181,6 +185,7 @@ type Backend struct {
 	graphs        map[int]*Graph
 	graphsOff     bool // a capture failed: eager steps only
 	graphLaunches int
+	capturing     bool // a decode graph is being captured (runner thread; skinnyEager)
 
 	// pending counts calls waiting for or holding mu to run device work;
 	// the background warm-up (warmup.go) runs only while it is 0.
@@ -284,7 +289,8 @@ func (b *Backend) attentionKernel() string {
 
 // GEMM paths of BackendOptions.Gemm.
 const (
-	// GemmAuto runs the GEMMs of at most SkinnyAutoRows rows on
+	// GemmAuto runs the GEMMs of at most SkinnyAutoRows rows (and those
+	// skinnyEager names) on
 	// gemm_skinny, and those of up to SkinnyMaxRows rows there too until
 	// cuBLASLt has run their shape once (in the background warm-up), so
 	// that no request waits for cuBLASLt's lazily loaded kernels; the
@@ -417,10 +423,49 @@ func decodeAttentionMode(opt string) (string, error) {
 	return envChoice("decode attention", DecodeAttentionEnv, opt, DecodeAttentionOn, DecodeAttentionOff)
 }
 
+// Settings of BackendOptions.SkinnyRows.
+const (
+	SkinnyRows16 = "16"
+	SkinnyRows8  = "8"
+)
+
+// SkinnyRowsEnv overrides BackendOptions.SkinnyRows when set (16 or 8), so
+// benchmarks can compare the paths of 9–16-row GEMMs on one binary.
+const SkinnyRowsEnv = "TRENI_CUDA_SKINNY_ROWS"
+
+// skinnyRowsMode resolves BackendOptions.SkinnyRows and SkinnyRowsEnv.
+func skinnyRowsMode(opt string) (string, error) {
+	return envChoice("gemm_skinny rows", SkinnyRowsEnv, opt, SkinnyRows16, SkinnyRows8)
+}
+
 // SkinnyAutoRows is the most rows GemmAuto gives gemm_skinny once
-// cuBLASLt is warm: where it streams the weights at least as fast as
-// cuBLASLt on the lent H100 (docs/BENCHMARKS.md).
+// cuBLASLt is warm, in every step: where it streams the weights at least
+// as fast as cuBLASLt on the lent H100 (docs/BENCHMARKS.md). Eager steps
+// keep more on it (skinnyEager).
 const SkinnyAutoRows = 8
+
+// skinnyEagerK is the largest K whose GEMMs of 9–16 rows an eager step
+// keeps on gemm_skinny under SkinnyRows16.
+const skinnyEagerK = 4096
+
+// skinnyEager says whether GemmAuto keeps a GEMM of M rows and K inputs
+// on gemm_skinny in an eager step (not a graph capture) once cuBLASLt has
+// run its shape: under SkinnyRows16, 9–16 rows where K ≤ skinnyEagerK.
+//
+// Why eager steps only: the 1k prefix hit (one eager step of 9 token
+// rows, GEMMs padded to 16) answered in 5.00–5.10 ms against 5.33 on
+// cuBLASLt (H100, same call; 4.39 against 4.63 on an H200), while the
+// 16-stream decode step, a graph, was 0.1 ms slower with these GEMMs on
+// gemm_skinny (H200: TPOT 4.45 against 4.34 ms), so graphs keep cuBLASLt.
+// Our reading: at 16 rows cuBLASLt runs o_proj as a split-K GEMM and a
+// reduction, two launches where gemm_skinny needs one, which an eager step
+// pays on the host and a graph does not. Why K ≤ 4,096: every block of gemm_skinny_m16 reads all
+// M rows of X, and down_proj's (K = 9,728, 311 KB at 16 rows) no longer
+// stays in L1: 26.1 µs against cuBLASLt's 23.2 at 9 rows (H100,
+// TestGPUGemmSkinnyStream; docs/BENCHMARKS.md).
+func (b *Backend) skinnyEager(M, K int) bool {
+	return M > SkinnyAutoRows && M <= 16 && K <= skinnyEagerK && !b.capturing && b.opts.SkinnyRows != SkinnyRows8
+}
 
 // gemmMode resolves BackendOptions.Gemm and GemmEnv.
 func gemmMode(opt string) (string, error) {

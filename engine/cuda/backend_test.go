@@ -300,30 +300,37 @@ func TestMidTiling(t *testing.T) {
 }
 
 // TestGemmPath pins who runs each GEMM: gemm_skinny only where it fits;
-// under GemmAuto for few rows always and for up to SkinnyMaxRows rows
-// until cuBLASLt has run the shape; GemmCublasLt and GemmSkinny as named.
+// under GemmAuto always for up to SkinnyAutoRows rows, in eager steps for
+// 9–16 rows of K ≤ skinnyEagerK (not under SkinnyRows8, not while a graph
+// is captured), and for up to SkinnyMaxRows rows until cuBLASLt has run
+// the shape; GemmCublasLt and GemmSkinny as named.
 func TestGemmPath(t *testing.T) {
 	const x, w = DevicePtr(1 << 20), DevicePtr(2 << 20)
-	shape := func(M int) GemmShape { return GemmShape{M: M, N: 2560, K: 4096, In: BF16, Out: F32} }
+	shape := func(M, K int) GemmShape { return GemmShape{M: M, N: 2560, K: K, In: BF16, Out: F32} }
 	for _, c := range []struct {
-		mode   string
-		M      int
-		warm   bool // cuBLASLt has run the shape
-		skinny bool
+		mode      string // "auto/8": GemmAuto with SkinnyRows8
+		M, K      int
+		capturing bool
+		warm      bool // cuBLASLt has run the shape
+		skinny    bool
 	}{
-		{GemmAuto, 1, false, true}, {GemmAuto, 1, true, true}, {GemmAuto, SkinnyAutoRows, true, true},
-		{GemmAuto, SkinnyAutoRows + 1, false, true}, {GemmAuto, SkinnyAutoRows + 1, true, false},
-		{GemmAuto, SkinnyMaxRows, false, true}, {GemmAuto, SkinnyMaxRows + 1, false, false},
-		{"", 52, false, true}, // the zero option is auto
-		{GemmSkinny, 64, true, true}, {GemmSkinny, 65, false, false},
-		{GemmCublasLt, 1, false, false},
+		{GemmAuto, 1, 4096, false, false, true}, {GemmAuto, 1, 4096, false, true, true}, {GemmAuto, SkinnyAutoRows, 9728, true, true, true},
+		{GemmAuto, 9, 4096, false, true, true}, {GemmAuto, 16, 4096, false, true, true},
+		{GemmAuto, 16, 9728, false, true, false}, {GemmAuto, 16, 4096, true, true, false},
+		{GemmAuto + "/8", 9, 4096, false, true, false}, {GemmAuto + "/8", 9, 4096, false, false, true},
+		{GemmAuto, 17, 4096, false, false, true}, {GemmAuto, 17, 4096, false, true, false},
+		{GemmAuto, SkinnyMaxRows, 4096, false, false, true}, {GemmAuto, SkinnyMaxRows + 1, 4096, false, false, false},
+		{"", 52, 4096, false, false, true}, // the zero option is auto
+		{GemmSkinny, 64, 4096, true, true, true}, {GemmSkinny, 65, 4096, false, false, false},
+		{GemmCublasLt, 1, 4096, false, false, false},
 	} {
-		b := &Backend{opts: BackendOptions{Gemm: c.mode}}
+		mode, rows, _ := strings.Cut(c.mode, "/")
+		b := &Backend{opts: BackendOptions{Gemm: mode, SkinnyRows: rows}, capturing: c.capturing}
 		if c.warm {
-			b.warm.ran(shape(c.M))
+			b.warm.ran(shape(c.M, c.K))
 		}
-		if got := b.gemmOnSkinny(shape(c.M), x, w); got != c.skinny {
-			t.Errorf("%q, %d rows, cuBLASLt warm %v: on gemm_skinny = %v, want %v", c.mode, c.M, c.warm, got, c.skinny)
+		if got := b.gemmOnSkinny(shape(c.M, c.K), x, w); got != c.skinny {
+			t.Errorf("%q, %dx%d, capturing %v, cuBLASLt warm %v: on gemm_skinny = %v, want %v", c.mode, c.M, c.K, c.capturing, c.warm, got, c.skinny)
 		}
 	}
 	b := &Backend{}
@@ -345,15 +352,15 @@ func TestGemmPath(t *testing.T) {
 }
 
 // TestOnOffSwitches: PDL is on, fusion off, gemm_skinny's block width
-// automatic and the CUDA thread polling unless the option says otherwise;
-// each variable wins over the option; other values are refused with the
-// variable named.
+// automatic, its eager rows 16 and the CUDA thread polling unless the
+// option says otherwise; each variable wins over the option; other values
+// are refused with the variable named.
 func TestOnOffSwitches(t *testing.T) {
 	for _, c := range []struct {
 		env, def, other string
 		mode            func(string) (string, error)
 	}{{PDLEnv, PDLOn, PDLOff, pdlMode}, {FuseEnv, FuseOff, FuseOn, fuseMode}, {SkinnyNarrowEnv, SkinnyNarrowAutoMode, SkinnyNarrowOff, skinnyNarrowMode},
-		{RunnerSpinEnv, RunnerSpinOn, RunnerSpinOff, runnerSpinMode}} {
+		{RunnerSpinEnv, RunnerSpinOn, RunnerSpinOff, runnerSpinMode}, {SkinnyRowsEnv, SkinnyRows16, SkinnyRows8, skinnyRowsMode}} {
 		for opt, want := range map[string]string{"": c.def, c.def: c.def, c.other: c.other} {
 			if m, err := c.mode(opt); err != nil || m != want {
 				t.Errorf("%s: option %q gives %q, %v; want %q", c.env, opt, m, err, want)

@@ -479,7 +479,7 @@ func (b *Backend) blasGemm(shape GemmShape, y, x, w DevicePtr, acc bool) error {
 // gemmOnSkinny says whether a GEMM of shape over x and w runs on
 // gemm_skinny: never where it does not fit (SkinnyFits) or under
 // GemmCublasLt; always under GemmSkinny; under GemmAuto for at most
-// SkinnyAutoRows rows, and for more (up to SkinnyMaxRows) while cuBLASLt
+// SkinnyAutoRows rows and where skinnyEager says so, and for more (up to SkinnyMaxRows) while cuBLASLt
 // has not yet run the shape. cuBLASLt loads each shape's kernel on its
 // first launch — tens of milliseconds on the H100 — so a server that has
 // just started serves on its own kernels and switches shape by shape as
@@ -489,7 +489,7 @@ func (b *Backend) gemmOnSkinny(shape GemmShape, x, w DevicePtr) bool {
 	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
 		return false
 	}
-	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || !b.warm.has(shape)
+	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || b.skinnyEager(shape.M, shape.K) || !b.warm.has(shape)
 }
 
 // enqueueLayers enqueues the embedding and every layer for T token rows

@@ -91,7 +91,9 @@ func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
 	t0 := time.Now()
 	err := b.s.BeginCapture()
 	if err == nil {
+		b.capturing = true
 		err = b.enqueueDecode(context.Background(), Bk)
+		b.capturing = false
 		g, err2 := b.s.EndCapture()
 		if err == nil && err2 == nil {
 			b.graphs[Bk] = g

@@ -58,7 +58,7 @@ type envOption struct {
 func (o *BackendOptions) envOptions() []envOption {
 	return []envOption{{&o.Upload, uploadMode}, {&o.Attention, attentionMode}, {&o.Gemm, gemmMode}, {&o.PDL, pdlMode},
 		{&o.Fuse, fuseMode}, {&o.SkinnyNarrow, skinnyNarrowMode}, {&o.DecodeAttention, decodeAttentionMode},
-		{&o.RunnerSpin, runnerSpinMode}}
+		{&o.RunnerSpin, runnerSpinMode}, {&o.SkinnyRows, skinnyRowsMode}}
 }
 
 // Start loads the driver library (failing at once, with ErrNoDriver, on a
@@ -421,7 +421,7 @@ func (b *Backend) loadKernels(s *Starter, overlapped bool) error {
 	b.stage(trace.StageKernelLoad, t0, trace.Attrs{"kernels": len(KernelNames()), "cublaslt": b.blas.Path, "cublaslt_version": b.blas.Version,
 		"module_ms": moduleMS, "cublaslt_dlopen_ms": br.ms, "cublaslt_wait_ms": waitMS, "cublaslt_create_ms": msSince(t2),
 		"concurrent_with_upload": overlapped, "attention": b.attentionKernel(), "pdl": pdl,
-		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.Mid, b.flashRes.W4}, "attn_dec_blocks_per_sm": b.flashRes.Dec})
+		"skinny_n8": b.opts.SkinnyNarrow, "skinny_n8_max_n": narrow, "skinny_rows": b.opts.SkinnyRows, "attn_mma_blocks_per_sm": []int{b.flashRes.W1, b.flashRes.Mid, b.flashRes.W4}, "attn_dec_blocks_per_sm": b.flashRes.Dec})
 	return nil
 }
 
