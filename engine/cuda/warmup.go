@@ -30,8 +30,8 @@ import (
 //     item at a time (the prefill row buckets' cuBLASLt GEMMs, then the
 //     decode graphs of every bucket up to the batch limit), each item
 //     taken only while no step is waiting for the backend, so a request
-//     waits at most for the one item under way (max_item_ms in its warmup
-//     stage).
+//     waits at most for the one item under way (max_item and max_item_ms
+//     in its warmup stage).
 //
 // Warm-up rows are graph padding rows: KV slot −1 (they store nothing) at
 // position 0 through an all-zero block table, so they never disturb a
@@ -147,6 +147,14 @@ type warmItem struct {
 	rows int
 }
 
+// String names the item in the warmup stage ("graph 32", "staging").
+func (it warmItem) String() string {
+	if it.rows == 0 {
+		return it.what
+	}
+	return fmt.Sprintf("%s %d", it.what, it.rows)
+}
+
 // backgroundItems lists what WarmBackground does for a batch limit of
 // maxBatch sequences: the prefill GEMM buckets, then the decode graph
 // buckets above 1 up to the one holding maxBatch (every bucket when
@@ -256,6 +264,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	t0 := time.Now()
 	var (
 		maxItem, staging time.Duration
+		maxWhat          warmItem // the longest item
 		yields, ran      int
 		gemms, graphed   int
 		errs             []error
@@ -307,7 +316,9 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		ti := time.Now()
 		err := b.r.Do(ctx, func() error { return run(ctx, it) })
 		took := time.Since(ti)
-		maxItem = max(maxItem, took)
+		if took > maxItem {
+			maxItem, maxWhat = took, it
+		}
 		b.mu.Unlock()
 		if it.what == "inplace" {
 			lastInPlace = time.Now()
@@ -335,7 +346,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": durMS(maxItem), "yields": yields}
+		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
 	}

@@ -48,6 +48,9 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 				if it.what == "graph" {
 					return errors.New("capture refused")
 				}
+				if it.rows == 32 {
+					time.Sleep(3 * time.Millisecond) // the longest item
+				}
 				return nil
 			}, nil)
 		}()
@@ -69,6 +72,9 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 		a := stages[0].Attrs
 		if a["kind"] != "background" || a["items"] != 2 || a["gemm_buckets"] != 2 || a["graphs"] != 0 || a["yields"].(int) < 1 {
 			t.Errorf("attrs %v", a)
+		}
+		if a["max_item"] != "gemm 32" || a["max_item_ms"] != 3.0 {
+			t.Errorf("longest item %v, %v ms; want gemm 32, 3 ms", a["max_item"], a["max_item_ms"])
 		}
 		if e, _ := a["error"].(string); e != "graph 2: capture refused" {
 			t.Errorf("error attr %q", e)
