@@ -15,7 +15,7 @@ import (
 // stay untouched. Then,
 // for the report (PERF lines, not assertions), it times gemm_skinny beside
 // cuBLASLt on the 4B-shaped layer GEMMs and LM head at 1–64 rows: the
-// figures behind SkinnyAutoRows (docs/BENCHMARKS.md).
+// figures behind skinnyKeeps (docs/BENCHMARKS.md).
 func TestGPUGemmSkinny(t *testing.T) {
 	g := newGPU(t)
 	r := rand.New(rand.NewPCG(11, 12))
@@ -97,8 +97,9 @@ func TestGPUGemmSkinny(t *testing.T) {
 }
 
 // TestGPUGemmSkinnyStream times gemm_skinny at the rows of decode steps
-// (1, 4 and 8), on 16- and on 8-feature blocks, on the layer GEMMs of the
-// 4B and 0.6B shapes, back to back
+// and short prefills (1, 4, 8, 9 and 16), on 16- and on 8-feature blocks,
+// and cuBLASLt beside them, on the layer GEMMs of the 4B and 0.6B shapes,
+// back to back
 // (PDL as newGPU set it) on distinct weights, at least 256 MB of them, so
 // that none comes from the 50 MB L2: the bandwidth the decode step sees,
 // which TestGPUGemmSkinny's table (one weight matrix, L2-warm for the
@@ -124,24 +125,39 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 			shapes = append(shapes, layerGemm{f, N, K, F32, true})
 		}
 	}
+	b, err := g.c.NewBLAS()
+	g.ok(err)
+	defer b.Close()
+	rows := []int{1, 4, 8, 9, 16}
 	for _, s := range shapes {
 		size := s.N * s.K * 2
 		ws := g.distinctWeights(size, max(4, 256<<20/size))
-		x, y := up(g, randBF16(r, 8*s.K, 1)), g.alloc(8*s.N*4)
+		x, y := up(g, randBF16(r, 16*s.K, 1)), g.alloc(16*s.N*4)
+		rate := func(M int, ms float64) string {
+			return fmt.Sprintf("   M=%-2d %6.1f us %5.0f GB/s", M, ms*1e3, float64(size)/1e6/ms)
+		}
 		for _, narrow := range []bool{false, true} {
 			form := "16-wide"
 			if narrow {
 				g.k.SetSkinnyNarrow(1 << 30)
 				form = "8-wide"
 			}
-			line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d %s", s.name, s.N, s.K, form)
-			for _, M := range []int{1, 4, 8} {
-				ms := g.launchMS(len(ws), func(i int) error { return g.k.GemmSkinny(g.s, y, x, ws[i], M, s.N, s.K, s.out, s.acc) })
-				line += fmt.Sprintf("   M=%d %6.1f us %5.0f GB/s", M, ms*1e3, float64(size)/1e6/ms)
+			line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d %-8s", s.name, s.N, s.K, form)
+			for _, M := range rows {
+				line += rate(M, g.launchMS(len(ws), func(i int) error { return g.k.GemmSkinny(g.s, y, x, ws[i], M, s.N, s.K, s.out, s.acc) }))
 			}
 			t.Log(line)
 			g.k.SetSkinnyNarrow(0)
 		}
+		// cuBLASLt on the same weights, the path GemmAuto takes past
+		// BackendOptions.SkinnyRows (its first launch of a shape, which
+		// loads the kernel, is untimed).
+		line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d %-8s", s.name, s.N, s.K, "cuBLASLt")
+		for _, M := range rows {
+			shape := GemmShape{M: M, N: s.N, K: s.K, In: BF16, Out: s.out}
+			line += rate(M, g.launchMS(len(ws), func(i int) error { return b.Gemm(g.s, shape, y, x, ws[i], s.acc) }))
+		}
+		t.Log(line)
 	}
 }
 
