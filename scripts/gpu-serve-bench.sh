@@ -72,6 +72,10 @@ stop_server() {
 
 say "serve $PRESET"
 start_server "$RES/serve.log" -- || exit 1
+# SETTLE_S: seconds to let the server's background warm-up finish before
+# the first part (PARTS=prefix alone otherwise measures a server still
+# warming: its decode graphs and cuBLASLt kernels load beside the steps).
+sleep "${SETTLE_S:-0}"
 metric() { curl -fsS http://127.0.0.1:$PORT/metrics | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {print $2}'; }
 bench() { # stem, bench flags…
 	local stem=$1; shift
