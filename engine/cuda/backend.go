@@ -290,8 +290,8 @@ func (b *Backend) attentionKernel() string {
 // GEMM paths of BackendOptions.Gemm.
 const (
 	// GemmAuto runs the GEMMs of at most SkinnyAutoRows rows (and those
-	// skinnyEager names) on
-	// gemm_skinny, and those of up to SkinnyMaxRows rows there too until
+	// skinnyEager names) on gemm_skinny, and those of up to SkinnyMaxRows
+	// rows there too until
 	// cuBLASLt has run their shape once (in the background warm-up), so
 	// that no request waits for cuBLASLt's lazily loaded kernels; the
 	// rest on cuBLASLt.
@@ -459,9 +459,11 @@ const skinnyEagerK = 4096
 // gemm_skinny (H200: TPOT 4.45 against 4.34 ms), so graphs keep cuBLASLt.
 // Our reading: at 16 rows cuBLASLt runs o_proj as a split-K GEMM and a
 // reduction, two launches where gemm_skinny needs one, which an eager step
-// pays on the host and a graph does not. Why K ≤ 4,096: every block of gemm_skinny_m16 reads all
-// M rows of X, and down_proj's (K = 9,728, 311 KB at 16 rows) no longer
-// stays in L1: 26.1 µs against cuBLASLt's 23.2 at 9 rows (H100,
+// pays on the host and a graph does not.
+//
+// Why K ≤ 4,096: every block of gemm_skinny_m16 reads all M rows of X,
+// and down_proj's (K = 9,728, 311 KB at 16 rows) no longer stays in L1:
+// 26.1 µs against cuBLASLt's 23.2 at 9 rows (H100,
 // TestGPUGemmSkinnyStream; docs/BENCHMARKS.md).
 func (b *Backend) skinnyEager(M, K int) bool {
 	return M > SkinnyAutoRows && M <= 16 && K <= skinnyEagerK && !b.capturing && b.opts.SkinnyRows != SkinnyRows8

@@ -479,12 +479,13 @@ func (b *Backend) blasGemm(shape GemmShape, y, x, w DevicePtr, acc bool) error {
 // gemmOnSkinny says whether a GEMM of shape over x and w runs on
 // gemm_skinny: never where it does not fit (SkinnyFits) or under
 // GemmCublasLt; always under GemmSkinny; under GemmAuto for at most
-// SkinnyAutoRows rows and where skinnyEager says so, and for more (up to SkinnyMaxRows) while cuBLASLt
-// has not yet run the shape. cuBLASLt loads each shape's kernel on its
-// first launch — tens of milliseconds on the H100 — so a server that has
-// just started serves on its own kernels and switches shape by shape as
-// the background warm-up (warmGemms, which always runs cuBLASLt) loads
-// them; a captured graph keeps the path it was captured with.
+// SkinnyAutoRows rows and where skinnyEager says so, and for more (up to
+// SkinnyMaxRows) while cuBLASLt has not yet run the shape. cuBLASLt
+// loads each shape's kernel on its first launch — tens of milliseconds on
+// the H100 — so a server that has just started serves on its own kernels
+// and switches shape by shape as the background warm-up (warmGemms, which
+// always runs cuBLASLt) loads them; a captured graph keeps the path it was
+// captured with.
 func (b *Backend) gemmOnSkinny(shape GemmShape, x, w DevicePtr) bool {
 	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
 		return false

@@ -15,7 +15,7 @@ import (
 // stay untouched. Then,
 // for the report (PERF lines, not assertions), it times gemm_skinny beside
 // cuBLASLt on the 4B-shaped layer GEMMs and LM head at 1–64 rows: the
-// figures behind skinnyKeeps (docs/BENCHMARKS.md).
+// figures behind SkinnyAutoRows and skinnyEager (docs/BENCHMARKS.md).
 func TestGPUGemmSkinny(t *testing.T) {
 	g := newGPU(t)
 	r := rand.New(rand.NewPCG(11, 12))
@@ -150,8 +150,8 @@ func TestGPUGemmSkinnyStream(t *testing.T) {
 			g.k.SetSkinnyNarrow(0)
 		}
 		// cuBLASLt on the same weights, the path GemmAuto takes past
-		// BackendOptions.SkinnyRows (its first launch of a shape, which
-		// loads the kernel, is untimed).
+		// SkinnyAutoRows where skinnyEager does not keep gemm_skinny (its
+		// first launch of a shape, which loads the kernel, is untimed).
 		line := fmt.Sprintf("PERF stream %-12s N=%-5d K=%-4d %-8s", s.name, s.N, s.K, "cuBLASLt")
 		for _, M := range rows {
 			shape := GemmShape{M: M, N: s.N, K: s.K, In: BF16, Out: s.out}
