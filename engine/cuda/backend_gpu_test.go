@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/engine/cpu"
+	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/sched"
 	"github.com/treni-top/treni-top/trace"
 )
@@ -50,13 +51,7 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	gb, err := NewBackend(ck, BackendOptions{NumBlocks: NB, BlockSize: BS})
-	if errors.Is(err, ErrNoKernels) {
-		t.Skipf("no kernels in this build: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := newTestBackend(t, ck, BackendOptions{NumBlocks: NB, BlockSize: BS})
 	defer gb.Close()
 	// The default attention is attn_mma wherever it covers the shape (an
 	// option lost between Start and Load once ran every step on
@@ -383,4 +378,135 @@ func checkCopyBlocks(t *testing.T, be *Backend, blocksA []int32, pos int) {
 		t.Errorf("decode through copied blocks: rel_l2 %.3g vs the original, tokens %d and %d", s.relL2, toks[0], toks[1])
 	}
 	t.Logf("COPYBLOCKS %d blocks copied; decode through the copy vs the original: rel_l2 %.3g, tokens %d %d", used, s.relL2, toks[0], toks[1])
+}
+
+// TestGPUGraphCapturedWithoutEagerStep: the background warm-up captures a
+// decode bucket whose cuBLASLt kernels another handle has loaded (the
+// aside thread's, stood in for here) without running the step first,
+// after making this thread's plans ("plan" items). Twelve sequences then
+// decode through bucket 16's graph, whose GEMMs run on cuBLASLt shapes
+// this handle never launched eagerly, against an eager twin.
+func TestGPUGraphCapturedWithoutEagerStep(t *testing.T) {
+	if _, err := LoadDriver(); err != nil {
+		t.Skipf("no CUDA driver, GPU test skipped: %v", err)
+	}
+	ck := synthCheckpoint(t, "qwen3", "tiny", 11, "bf16")
+	defer ck.Close()
+	const NB, BS, Bk, seqs = 64, 16, 16, 12
+	gb := newTestBackend(t, ck, BackendOptions{NumBlocks: NB, BlockSize: BS})
+	defer gb.Close()
+	ge := newTestBackend(t, ck, BackendOptions{NumBlocks: NB, BlockSize: BS, NoGraphs: true})
+	defer ge.Close()
+	ctx := context.Background()
+	V := gb.VocabSize()
+	onRunner := func(f func() error) {
+		t.Helper()
+		gb.mu.Lock()
+		defer gb.mu.Unlock()
+		if err := gb.r.Do(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The aside thread's part: the bucket's shapes run once on a handle
+	// of their own, which loads their kernels in the context.
+	onRunner(func() error {
+		other, err := gb.c.NewBLAS()
+		if err != nil {
+			return err
+		}
+		defer other.Close()
+		for _, g := range gb.decodeGemms(Bk) {
+			if err := other.Gemm(gb.s, g.shape, g.y, g.x, g.w, g.acc); err != nil {
+				return err
+			}
+		}
+		if err := gb.s.Synchronize(); err != nil {
+			return err
+		}
+		for _, g := range gb.decodeGemms(Bk) {
+			gb.warm.ran(g.shape)
+		}
+		return nil
+	})
+	if !gb.captureReady(Bk) {
+		t.Fatalf("bucket %d not ready for a capture without an eager step", Bk)
+	}
+	plans := gb.blas.Plans()
+	for i := range stepGemmCount {
+		onRunner(func() error { return gb.runWarmItem(ctx, warmItem{what: "plan", rows: Bk, gemm: i}) })
+	}
+	if got := gb.blas.Plans() - plans; got != len(gb.decodeGemms(Bk)) {
+		t.Errorf("the plan items made %d plans, want %d", got, len(gb.decodeGemms(Bk)))
+	}
+	onRunner(func() error { return gb.runWarmItem(ctx, warmItem{what: "graph", rows: Bk}) })
+	if gb.graphs[Bk] == nil {
+		t.Fatalf("no graph for bucket %d (graphs off: %v)", Bk, gb.graphsOff)
+	}
+	captured := false
+	for _, st := range gb.Stages() {
+		if st.Stage == trace.StageGraphCapture && st.Attrs["bucket"] == Bk && st.Attrs["eager_first"] == false {
+			captured = st.Attrs["error"] == nil
+		}
+	}
+	if !captured {
+		t.Fatalf("bucket %d was not captured without an eager step: %v", Bk, gb.Stages())
+	}
+	forward := func(bt *sched.Batch) (g, e [][]float32) {
+		t.Helper()
+		g, e = make([][]float32, len(bt.Seqs)), make([][]float32, len(bt.Seqs))
+		for i := range g {
+			g[i], e[i] = make([]float32, V), make([]float32, V)
+		}
+		if err := gb.Forward(ctx, bt, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := ge.Forward(ctx, bt, e); err != nil {
+			t.Fatal(err)
+		}
+		return g, e
+	}
+	chunks := make([]sched.SeqChunk, seqs)
+	for i := range chunks {
+		toks := make([]int32, 5)
+		for j := range toks {
+			toks[j] = int32((i*131 + j*17 + 3) % V)
+		}
+		chunks[i] = sched.SeqChunk{SeqID: uint64(i + 1), Tokens: toks, Blocks: []int32{int32(i)}, WantLogits: true}
+	}
+	g, _ := forward(&sched.Batch{Seqs: chunks})
+	before := gb.GraphLaunches()
+	for step := 0; step < 3; step++ {
+		dec := make([]sched.SeqChunk, seqs)
+		for i, c := range chunks {
+			dec[i] = sched.SeqChunk{SeqID: c.SeqID, Tokens: []int32{argmax(g[i])}, Pos: 5 + step, Blocks: c.Blocks, WantLogits: true}
+		}
+		var e [][]float32
+		g, e = forward(&sched.Batch{Seqs: dec})
+		for i := range dec {
+			e64 := make([]float64, V)
+			for j, v := range e[i] {
+				e64[j] = float64(v)
+			}
+			if s := compare(g[i], e64); s.nan > 0 || !(s.relL2 <= tolLogits) {
+				t.Errorf("decode step %d seq %d through bucket %d's graph: %d NaN, rel_l2 %.3g against the eager twin", step, dec[i].SeqID, Bk, s.nan, s.relL2)
+			}
+		}
+	}
+	if gb.GraphLaunches()-before != 3 {
+		t.Errorf("%d of the 3 decode steps replayed a graph", gb.GraphLaunches()-before)
+	}
+}
+
+// newTestBackend is NewBackend for a GPU test: skipped in a build without
+// kernels, fatal on any other error. The caller closes it.
+func newTestBackend(t *testing.T, ck *model.Checkpoint, opts BackendOptions) *Backend {
+	t.Helper()
+	b, err := NewBackend(ck, opts)
+	if errors.Is(err, ErrNoKernels) {
+		t.Skipf("no kernels in this build: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

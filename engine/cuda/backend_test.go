@@ -459,9 +459,10 @@ func TestFusedOperand(t *testing.T) {
 }
 
 // TestGemmsSettled: a decode graph of a row count that GemmAuto moves to
-// cuBLASLt is captured only once all its shapes have run there, or once
-// the aside thread has stopped; other row counts and paths never wait.
-// asideGemms lists what is left to warm within the scratch.
+// cuBLASLt is captured only once the aside thread has stopped (until then
+// its GEMMs stay on gemm_skinny, even those whose shapes have run); other
+// row counts and paths never wait. asideGemms lists what is left to warm
+// within the scratch.
 func TestGemmsSettled(t *testing.T) {
 	b := &Backend{opts: BackendOptions{Gemm: GemmAuto}, cfg: model.Config{HiddenSize: 2560, IntermediateSize: 9728, VocabSize: 151936},
 		qDim: 4096, qkvDim: 6144, capT: 256, capRows: 64}
@@ -472,22 +473,24 @@ func TestGemmsSettled(t *testing.T) {
 	if b.gemmsSettled(64) {
 		t.Error("64 rows settled before cuBLASLt ran their shapes")
 	}
-	for _, s := range b.stepGemms(64, true)[:4] {
+	for _, s := range b.stepGemms(64, true) {
 		b.warm.ran(s.shape)
+		if b.gemmOnSkinny(s.shape, 0, 0) != SkinnyFits(s.shape.M, s.shape.N, s.shape.K, 0, 0) {
+			t.Errorf("%v left gemm_skinny while the aside thread warms", s.shape)
+		}
 	}
 	if b.gemmsSettled(64) {
-		t.Error("64 rows settled before cuBLASLt ran the LM head's shape")
-	}
-	b.warm.ran(b.stepGemms(64, true)[4].shape)
-	if !b.gemmsSettled(64) {
-		t.Error("64 rows not settled once every shape ran")
+		t.Error("64 rows settled while the aside thread warms")
 	}
 	if b.gemmsSettled(32) {
 		t.Error("32 rows settled before their shapes ran")
 	}
 	b.warm.setWarming(false)
-	if !b.gemmsSettled(32) {
-		t.Error("32 rows wait for an aside thread that has stopped")
+	if !b.gemmsSettled(32) || !b.gemmsSettled(64) {
+		t.Error("32 or 64 rows wait for an aside thread that has stopped")
+	}
+	if s := b.stepGemms(64, true)[0].shape; b.gemmOnSkinny(s, 0, 0) {
+		t.Errorf("%v stays on gemm_skinny once the aside thread has stopped", s)
 	}
 	b.opts.Gemm = GemmCublasLt
 	b.warm.setWarming(true)

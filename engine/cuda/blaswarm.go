@@ -104,19 +104,12 @@ func (b *Backend) stepGemms(M int, lmHead bool) []stepGemm {
 }
 
 // gemmsSettled says whether every GEMM of a decode step of M rows is on
-// the path it will keep: false only while the aside thread is warming
-// and some shape of those rows that would leave gemm_skinny has not run on
-// cuBLASLt yet. A graph captured before then would keep gemm_skinny.
+// the path it will keep: false only under GemmAuto for more than
+// SkinnyAutoRows rows (up to SkinnyMaxRows) while the aside thread is
+// warming, since those GEMMs stay on gemm_skinny until it has ended
+// (gemmOnSkinny). A graph captured before then would keep gemm_skinny.
 func (b *Backend) gemmsSettled(M int) bool {
-	if b.opts.Gemm != GemmAuto || M <= SkinnyAutoRows || M > SkinnyMaxRows || !b.warm.isWarming() {
-		return true
-	}
-	for _, g := range b.stepGemms(M, true) {
-		if s := g.shape; SkinnyFits(s.M, s.N, s.K, 0, 0) && !b.warm.has(s) {
-			return false
-		}
-	}
-	return true
+	return b.opts.Gemm != GemmAuto || M <= SkinnyAutoRows || M > SkinnyMaxRows || !b.warm.isWarming()
 }
 
 // asideGemms lists what the aside thread runs: each of asideRows' step

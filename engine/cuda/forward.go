@@ -480,17 +480,21 @@ func (b *Backend) blasGemm(shape GemmShape, y, x, w DevicePtr, acc bool) error {
 // gemm_skinny: never where it does not fit (SkinnyFits) or under
 // GemmCublasLt; always under GemmSkinny; under GemmAuto for at most
 // SkinnyAutoRows rows and where skinnyEager says so, and for more (up to
-// SkinnyMaxRows) while cuBLASLt has not yet run the shape. cuBLASLt
-// loads each shape's kernel on its first launch — tens of milliseconds on
-// the H100 — so a server that has just started serves on its own kernels
-// and switches shape by shape as the background warm-up (warmGemms, which
-// always runs cuBLASLt) loads them; a captured graph keeps the path it was
-// captured with.
+// SkinnyMaxRows) until cuBLASLt has run the shape and the aside thread has
+// ended. cuBLASLt loads each shape's kernel on its first launch — tens of
+// milliseconds on the H100 — so a server that has just started serves on
+// its own kernels and switches as the background warm-up (warmGemms, which
+// always runs cuBLASLt, or the aside thread) loads them; a captured graph
+// keeps the path it was captured with. Not before the aside thread has
+// ended: this thread's first cuBLASLt plan, made while the aside thread
+// loads kernels, held a request 34–43 ms, and as a warm-up item 67–91 ms
+// (H100 and H200, docs/BENCHMARKS.md, fifteenth session).
 func (b *Backend) gemmOnSkinny(shape GemmShape, x, w DevicePtr) bool {
 	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
 		return false
 	}
-	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || b.skinnyEager(shape.M, shape.K) || !b.warm.has(shape)
+	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || b.skinnyEager(shape.M, shape.K) || !b.warm.has(shape) ||
+		b.warm.isWarming()
 }
 
 // enqueueLayers enqueues the embedding and every layer for T token rows

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -64,13 +63,7 @@ var openBackend = func(t *testing.T, dir string, nb, bs int) (*model.Checkpoint,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ck.Close() })
-	gb, err := NewBackend(ck, BackendOptions{NumBlocks: nb, BlockSize: bs})
-	if errors.Is(err, ErrNoKernels) {
-		t.Skipf("no kernels in this build: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := newTestBackend(t, ck, BackendOptions{NumBlocks: nb, BlockSize: bs})
 	t.Cleanup(func() { gb.Close() })
 	return ck, gb, gb.Device().Name
 }

@@ -20,15 +20,17 @@ import (
 //
 //   - the GEMMs of up to SkinnyMaxRows rows run on the engine's own
 //     gemm_skinny (loaded with the module in kernel_load) until cuBLASLt
-//     has run their shape (gemmOnSkinny), so neither the load warm-up nor
-//     a first request of a few dozen tokens loads any cuBLASLt kernel;
+//     has run their shape and the aside thread has ended (gemmOnSkinny),
+//     so neither the load warm-up nor a first request of a few dozen
+//     tokens loads any cuBLASLt kernel;
 //   - loadWarmup, during the upload, warms only what every request needs:
 //     the batch-1 decode step and the capture of its graph (on
 //     GemmCublasLt, its GEMM plans and kernels at one row, the LM head's
 //     at one row, which a prefill's last token also uses);
 //   - WarmBackground, once the server is serving, warms the rest one small
 //     item at a time (the prefill row buckets' cuBLASLt GEMMs, then the
-//     decode graphs of every bucket up to the batch limit), each item
+//     decode graphs of every bucket up to the batch limit, each after its
+//     GEMMs' plans, one item a plan), each item
 //     taken only while no step is waiting for the backend, so a request
 //     waits at most for the one item under way (max_item and max_item_ms
 //     in its warmup stage).
@@ -141,29 +143,42 @@ func (b *Backend) skinnyServes(M int) bool {
 	return true
 }
 
-// warmItem is one piece of background warm-up.
+// warmItem is one piece of background warm-up: "gemm" (a prefill row
+// bucket's cuBLASLt GEMMs), "plan" (the cuBLASLt plan of one GEMM of a
+// decode bucket), "graph" (a decode bucket's graph), "staging" or
+// "inplace" (the upload's leftovers).
 type warmItem struct {
-	what string // "gemm", "graph", "staging" or "inplace"
+	what string
 	rows int
+	gemm int // "plan": the GEMM's index in stepGemms
 }
 
-// String names the item in the warmup stage ("graph 32", "staging").
+// String names the item in the warmup stage ("graph 32", "plan 64/4",
+// "staging").
 func (it warmItem) String() string {
-	if it.rows == 0 {
+	switch {
+	case it.what == "plan":
+		return fmt.Sprintf("%s %d/%d", it.what, it.rows, it.gemm)
+	case it.rows == 0:
 		return it.what
 	}
 	return fmt.Sprintf("%s %d", it.what, it.rows)
 }
 
+// stepGemmCount is the most GEMMs a step has (stepGemms: qkv, o_proj,
+// gate_up, down_proj, the LM head).
+const stepGemmCount = 5
+
 // backgroundItems lists what WarmBackground does for a batch limit of
 // maxBatch sequences: the prefill GEMM buckets, then the decode graph
 // buckets above 1 up to the one holding maxBatch (every bucket when
-// maxBatch is 0 or beyond the largest).
+// maxBatch is 0 or beyond the largest), each graph after the plans of its
+// GEMMs, one item a GEMM.
 func backgroundItems(prefill []int, buckets []int, capT, maxBatch int, graphs bool) []warmItem {
 	var items []warmItem
 	for _, M := range prefill {
 		if M <= capT {
-			items = append(items, warmItem{"gemm", M})
+			items = append(items, warmItem{what: "gemm", rows: M})
 		}
 	}
 	if !graphs {
@@ -173,7 +188,10 @@ func backgroundItems(prefill []int, buckets []int, capT, maxBatch int, graphs bo
 		if Bk <= 1 {
 			continue
 		}
-		items = append(items, warmItem{"graph", Bk})
+		for i := range stepGemmCount {
+			items = append(items, warmItem{what: "plan", rows: Bk, gemm: i})
+		}
+		items = append(items, warmItem{what: "graph", rows: Bk})
 		if maxBatch > 0 && Bk >= maxBatch {
 			break
 		}
@@ -229,8 +247,10 @@ func (b *Backend) WarmBackground(maxBatch int) {
 		defer func() { <-asideDone; close(done) }()
 		b.warmBackground(ctx, items, b.runWarmItem, func(it warmItem) <-chan struct{} {
 			// A decode graph whose GEMMs are still moving to cuBLASLt
-			// waits for the aside thread (the steps meanwhile run eagerly).
-			if it.what == "graph" && !b.gemmsSettled(it.rows) {
+			// waits for the aside thread (the steps meanwhile run eagerly),
+			// and so does a cuBLASLt plan of this thread: made while the
+			// aside thread loads kernels, the first took 67–91 ms.
+			if (it.what == "graph" && !b.gemmsSettled(it.rows)) || (it.what == "plan" && b.planNeeded(it.rows, it.gemm)) {
 				return asideDone
 			}
 			return nil
@@ -243,6 +263,8 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	switch it.what {
 	case "gemm":
 		return b.warmGemms(it.rows)
+	case "plan":
+		return b.warmPlan(it.rows, it.gemm)
 	case "staging":
 		return b.releaseRing()
 	case "inplace":
@@ -252,7 +274,70 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	if b.graphs[it.rows] != nil || b.graphsOff {
 		return nil // a step captured it first, or captures failed
 	}
-	return b.warmDecode(ctx, it.rows, trace.Attrs{"background": true})
+	attrs := trace.Attrs{"background": true}
+	if !b.captureReady(it.rows) {
+		return b.warmDecode(ctx, it.rows, attrs)
+	}
+	// Only the capture is left: every kernel of the engine's module was
+	// loaded with it (kernel_load), every cuBLASLt kernel of the bucket by
+	// the aside thread, and this thread's plans by the "plan" items. The
+	// eager step warmDecode runs first took ~10 ms at 64 rows on the H100,
+	// and a request arriving meanwhile waited for it and the capture
+	// (docs/BENCHMARKS.md, fifteenth session).
+	if err := b.grow(it.rows, it.rows, metaLen(it.rows, it.rows, b.graphStride)); err != nil {
+		return err
+	}
+	b.padMeta(it.rows, it.rows, b.graphStride)
+	attrs["eager_first"] = false
+	b.captureWith(it.rows, attrs)
+	return nil
+}
+
+// decodeGemms are the GEMMs of a decode step of Bk rows (the LM head's
+// where Bk logits rows fit).
+func (b *Backend) decodeGemms(Bk int) []stepGemm { return b.stepGemms(Bk, Bk <= b.capRows) }
+
+// capturedOnBLAS says whether a decode graph captured once its shapes are
+// settled (gemmsSettled) runs the GEMM of shape on cuBLASLt.
+func (b *Backend) capturedOnBLAS(s GemmShape) bool {
+	switch {
+	case b.opts.Gemm == GemmCublasLt || !SkinnyFits(s.M, s.N, s.K, 0, 0):
+		return true
+	case b.opts.Gemm == GemmSkinny:
+		return false
+	}
+	return s.M > SkinnyAutoRows
+}
+
+// warmPlan makes this thread's cuBLASLt plan for GEMM i of a Bk-row decode
+// step where its graph will run it on cuBLASLt (a "plan" item): the plan's
+// heuristic query is then no part of the capture, and a request arriving
+// meanwhile waits for one plan.
+func (b *Backend) warmPlan(Bk, i int) error {
+	if !b.planNeeded(Bk, i) {
+		return nil
+	}
+	_, err := b.blas.plan(b.decodeGemms(Bk)[i].shape)
+	return err
+}
+
+// planNeeded says whether GEMM i of a Bk-row decode step wants a cuBLASLt
+// plan of this thread before its graph's capture (warmPlan).
+func (b *Backend) planNeeded(Bk, i int) bool {
+	gs := b.decodeGemms(Bk)
+	return b.blas != nil && i < len(gs) && Bk <= b.capT && b.capturedOnBLAS(gs[i].shape)
+}
+
+// captureReady says whether bucket Bk's graph can be captured without an
+// eager step first: every GEMM it runs on cuBLASLt has run once in this
+// context (its kernel is loaded; warm.has), by the aside thread or a step.
+func (b *Backend) captureReady(Bk int) bool {
+	for _, g := range b.decodeGemms(Bk) {
+		if b.capturedOnBLAS(g.shape) && !b.warm.has(g.shape) {
+			return false
+		}
+	}
+	return true
 }
 
 // warmBackground runs items through run on the runner thread with b.mu

@@ -9,21 +9,78 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/trace"
 )
 
+// TestBackgroundItems: the prefill buckets' GEMMs, then each decode
+// bucket's five plans and its graph, up to the batch limit.
 func TestBackgroundItems(t *testing.T) {
 	buckets := DefaultGraphBuckets()
 	got := backgroundItems([]int{64, 32, 128, 256}, buckets, 128, 12, true)
-	want := []warmItem{{"gemm", 64}, {"gemm", 32}, {"gemm", 128}, {"graph", 2}, {"graph", 4}, {"graph", 8}, {"graph", 16}}
+	want := []warmItem{{what: "gemm", rows: 64}, {what: "gemm", rows: 32}, {what: "gemm", rows: 128}}
+	for _, Bk := range []int{2, 4, 8, 16} {
+		for i := range stepGemmCount {
+			want = append(want, warmItem{what: "plan", rows: Bk, gemm: i})
+		}
+		want = append(want, warmItem{what: "graph", rows: Bk})
+	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("items for max batch 12, scratch 128:\n got %v\nwant %v", got, want)
 	}
-	if got := backgroundItems([]int{8}, buckets, 256, 0, true); len(got) != 1+len(buckets)-1 || got[len(got)-1] != (warmItem{"graph", 256}) {
+	if got := backgroundItems([]int{8}, buckets, 256, 0, true); len(got) != 1+(stepGemmCount+1)*(len(buckets)-1) || got[len(got)-1] != (warmItem{what: "graph", rows: 256}) {
 		t.Errorf("max batch 0 should warm every bucket above 1: %v", got)
 	}
-	if got := backgroundItems([]int{8}, buckets, 256, 64, false); !slices.Equal(got, []warmItem{{"gemm", 8}}) {
+	if got := backgroundItems([]int{8}, buckets, 256, 64, false); !slices.Equal(got, []warmItem{{what: "gemm", rows: 8}}) {
 		t.Errorf("graphs off: %v", got)
+	}
+	if s := (warmItem{what: "plan", rows: 64, gemm: 4}).String(); s != "plan 64/4" {
+		t.Errorf("a plan item is named %q", s)
+	}
+}
+
+// TestCaptureReady: a bucket's graph is captured without an eager step
+// first only once every GEMM it runs on cuBLASLt has run in the context;
+// under GemmAuto those are the GEMMs of more than SkinnyAutoRows rows,
+// under GemmCublasLt all of them, under GemmSkinny those gemm_skinny does
+// not fit.
+func TestCaptureReady(t *testing.T) {
+	b := &Backend{opts: BackendOptions{Gemm: GemmAuto}, cfg: model.Config{HiddenSize: 2560, IntermediateSize: 9728, VocabSize: 151936},
+		qDim: 4096, qkvDim: 6144, capT: 256, capRows: 64}
+	if !b.captureReady(8) {
+		t.Error("8 rows (all on gemm_skinny) not ready")
+	}
+	if b.captureReady(32) {
+		t.Error("32 rows ready before cuBLASLt ran their shapes")
+	}
+	gs := b.decodeGemms(32)
+	if len(gs) != stepGemmCount {
+		t.Fatalf("a 32-row decode step has %d GEMMs, want %d (the LM head's included)", len(gs), stepGemmCount)
+	}
+	for _, g := range gs[:4] {
+		b.warm.ran(g.shape)
+	}
+	if b.captureReady(32) {
+		t.Error("32 rows ready before cuBLASLt ran the LM head's shape")
+	}
+	b.warm.ran(gs[4].shape)
+	if !b.captureReady(32) {
+		t.Error("32 rows not ready once every shape ran")
+	}
+	if n := len(b.decodeGemms(128)); n != 4 {
+		t.Errorf("a 128-row decode step past the 64 logits rows has %d GEMMs, want 4", n)
+	}
+	b.opts.Gemm = GemmCublasLt
+	if b.captureReady(8) {
+		t.Error("under GemmCublasLt, 8 rows ready before cuBLASLt ran their shapes")
+	}
+	b.opts.Gemm = GemmSkinny
+	if !b.captureReady(64) || !b.capturedOnBLAS(GemmShape{M: 65, N: 2560, K: 4096}) {
+		t.Error("under GemmSkinny: 64 rows wait, or 65 rows stay on gemm_skinny")
+	}
+	// No cuBLASLt here: a plan item does nothing.
+	if err := b.warmPlan(32, 0); err != nil {
+		t.Errorf("plan item without cuBLASLt: %v", err)
 	}
 }
 
@@ -37,7 +94,7 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 		var stages []StageRecord
 		b := &Backend{r: NewRunner(), opts: BackendOptions{Stage: func(r StageRecord) { stages = append(stages, r) }}}
 		defer b.r.Close()
-		items := []warmItem{{"gemm", 64}, {"gemm", 32}, {"graph", 2}}
+		items := []warmItem{{what: "gemm", rows: 64}, {what: "gemm", rows: 32}, {what: "graph", rows: 2}}
 		var ran []warmItem
 		b.pending.Add(1) // a step is waiting
 		done := make(chan struct{})
@@ -98,7 +155,7 @@ func TestWarmBackgroundStops(t *testing.T) {
 	defer b.r.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	b.warmBackground(ctx, []warmItem{{"gemm", 8}, {"gemm", 16}}, func(context.Context, warmItem) error {
+	b.warmBackground(ctx, []warmItem{{what: "gemm", rows: 8}, {what: "gemm", rows: 16}}, func(context.Context, warmItem) error {
 		n++
 		cancel()
 		return nil
@@ -115,7 +172,7 @@ func TestWarmBackgroundGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &Backend{r: NewRunner()}
 		defer b.r.Close()
-		items := []warmItem{{"graph", 8}, {"graph", 64}}
+		items := []warmItem{{what: "graph", rows: 8}, {what: "graph", rows: 64}}
 		open := make(chan struct{})
 		var ran []warmItem
 		done := make(chan struct{})
@@ -162,7 +219,7 @@ func TestWarmBackgroundInPlaceWaitsForQuiet(t *testing.T) {
 			b.lastDone.Store(time.Now().UnixNano()) // another one
 		}()
 		ranAt := map[string]time.Duration{}
-		b.warmBackground(context.Background(), []warmItem{{"gemm", 8}, {what: "staging"}, {what: "inplace"}, {what: "inplace"}}, func(_ context.Context, it warmItem) error {
+		b.warmBackground(context.Background(), []warmItem{{what: "gemm", rows: 8}, {what: "staging"}, {what: "inplace"}, {what: "inplace"}}, func(_ context.Context, it warmItem) error {
 			if _, ok := ranAt[it.what]; !ok {
 				ranAt[it.what] = time.Since(start)
 			}
