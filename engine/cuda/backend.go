@@ -185,7 +185,7 @@ type Backend struct {
 	graphs        map[int]*Graph
 	graphsOff     bool // a capture failed: eager steps only
 	graphLaunches int
-	capturing     bool // a decode graph is being captured (runner thread; skinnyEager)
+	capturing     bool // a decode graph is being captured (runner thread; gemmOnSkinny)
 
 	// pending counts calls waiting for or holding mu to run device work;
 	// the background warm-up (warmup.go) runs only while it is 0.
@@ -449,8 +449,9 @@ const SkinnyAutoRows = 8
 const skinnyEagerK = 4096
 
 // skinnyEager says whether GemmAuto keeps a GEMM of M rows and K inputs
-// on gemm_skinny in an eager step (not a graph capture) once cuBLASLt has
-// run its shape: under SkinnyRows16, 9–16 rows where K ≤ skinnyEagerK.
+// on gemm_skinny in an eager step (not a graph capture: skinnyOnceWarm)
+// once cuBLASLt has run its shape: under SkinnyRows16, 9–16 rows where
+// K ≤ skinnyEagerK.
 //
 // Why eager steps only: the 1k prefix hit (one eager step of 9 token
 // rows, GEMMs padded to 16) answered in 5.00–5.10 ms against 5.33 on
@@ -466,7 +467,7 @@ const skinnyEagerK = 4096
 // 26.1 µs against cuBLASLt's 23.2 at 9 rows (H100,
 // TestGPUGemmSkinnyStream; docs/BENCHMARKS.md).
 func (b *Backend) skinnyEager(M, K int) bool {
-	return M > SkinnyAutoRows && M <= 16 && K <= skinnyEagerK && !b.capturing && b.opts.SkinnyRows != SkinnyRows8
+	return M > SkinnyAutoRows && M <= 16 && K <= skinnyEagerK && b.opts.SkinnyRows != SkinnyRows8
 }
 
 // gemmMode resolves BackendOptions.Gemm and GemmEnv.

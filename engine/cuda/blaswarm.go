@@ -20,11 +20,13 @@ import (
 // scratch, the context current on it — runs every shape the steps will
 // want from cuBLASLt once, so that those kernels are loaded while the
 // server already answers. A shape leaves gemm_skinny for cuBLASLt once
-// that thread has run it (warm.has). The runner thread never waits for
-// the aside thread: a step that arrives meanwhile runs on gemm_skinny, and
-// a decode graph of more than SkinnyAutoRows rows is captured only once
-// its shapes are settled (gemmsSettled), so that no graph keeps
-// gemm_skinny where cuBLASLt is faster.
+// that thread has run it (warm.has) and ended (the runner's first
+// cuBLASLt plan, made while it loads kernels, held a request 34–43 ms).
+// The runner thread never waits for the aside thread: a step that arrives
+// meanwhile runs on gemm_skinny, and a decode graph of more than
+// SkinnyAutoRows rows is captured only once its shapes are settled
+// (gemmsSettled), so that no graph keeps gemm_skinny where cuBLASLt is
+// faster.
 
 // blasWarmth is the set of GEMM shapes cuBLASLt has run, and whether the
 // aside thread is still warming more. Safe for concurrent use.

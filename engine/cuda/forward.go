@@ -493,8 +493,20 @@ func (b *Backend) gemmOnSkinny(shape GemmShape, x, w DevicePtr) bool {
 	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
 		return false
 	}
-	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || b.skinnyEager(shape.M, shape.K) || !b.warm.has(shape) ||
-		b.warm.isWarming()
+	return b.skinnyOnceWarm(shape, x, w, !b.capturing) || !b.warm.has(shape) || b.warm.isWarming()
+}
+
+// skinnyOnceWarm says whether a GEMM of shape over x and w stays on
+// gemm_skinny once cuBLASLt has run its shape and the aside thread has
+// ended, in an eager step (eager) or a graph capture: never where it does
+// not fit or under GemmCublasLt; always under GemmSkinny; under GemmAuto
+// for at most SkinnyAutoRows rows and, in eager steps, where skinnyEager
+// says so.
+func (b *Backend) skinnyOnceWarm(shape GemmShape, x, w DevicePtr, eager bool) bool {
+	if b.opts.Gemm == GemmCublasLt || !SkinnyFits(shape.M, shape.N, shape.K, x, w) {
+		return false
+	}
+	return b.opts.Gemm == GemmSkinny || shape.M <= SkinnyAutoRows || (eager && b.skinnyEager(shape.M, shape.K))
 }
 
 // enqueueLayers enqueues the embedding and every layer for T token rows

@@ -70,7 +70,7 @@ func (b *Backend) loadWarmup(ctx context.Context, overlapped bool) error {
 	}
 	graphs := 0
 	if Bk := b.bucket(1); !b.opts.NoGraphs && Bk > 0 {
-		if err := b.warmDecode(ctx, Bk, nil); err != nil {
+		if err := b.warmDecode(ctx, Bk, nil, true); err != nil {
 			return fmt.Errorf("cuda: load warm-up decode step: %w", err)
 		}
 		graphs = len(b.graphs)
@@ -91,21 +91,25 @@ func (b *Backend) padMeta(T, tableRows, stride int) {
 	b.layoutMeta(&sched.Batch{}, T, tableRows, stride)
 }
 
-// warmDecode runs bucket Bk's decode step eagerly on padding rows, then
-// captures its graph (runner thread); attrs go to the graph_capture stage.
-func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs) error {
+// warmDecode lays out bucket Bk's padding rows, runs its decode step
+// eagerly on them when eagerFirst (which makes its GEMM plans and loads
+// every kernel it launches), then captures its graph (runner thread);
+// attrs go to the graph_capture stage.
+func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs, eagerFirst bool) error {
 	if err := b.grow(Bk, Bk, metaLen(Bk, Bk, b.graphStride)); err != nil {
 		return err
 	}
 	b.padMeta(Bk, Bk, b.graphStride)
-	if err := b.upMeta(); err != nil {
-		return err
-	}
-	if err := b.enqueueDecode(ctx, Bk); err != nil {
-		return err
-	}
-	if err := b.s.Synchronize(); err != nil {
-		return err
+	if eagerFirst {
+		if err := b.upMeta(); err != nil {
+			return err
+		}
+		if err := b.enqueueDecode(ctx, Bk); err != nil {
+			return err
+		}
+		if err := b.s.Synchronize(); err != nil {
+			return err
+		}
 	}
 	b.captureWith(Bk, attrs)
 	return nil
@@ -250,8 +254,15 @@ func (b *Backend) WarmBackground(maxBatch int) {
 			// waits for the aside thread (the steps meanwhile run eagerly),
 			// and so does a cuBLASLt plan of this thread: made while the
 			// aside thread loads kernels, the first took 67–91 ms.
-			if (it.what == "graph" && !b.gemmsSettled(it.rows)) || (it.what == "plan" && b.planNeeded(it.rows, it.gemm)) {
-				return asideDone
+			switch it.what {
+			case "graph":
+				if !b.gemmsSettled(it.rows) {
+					return asideDone
+				}
+			case "plan":
+				if _, ok := b.planShape(it.rows, it.gemm); ok {
+					return asideDone
+				}
 			}
 			return nil
 		})
@@ -274,23 +285,18 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	if b.graphs[it.rows] != nil || b.graphsOff {
 		return nil // a step captured it first, or captures failed
 	}
+	// Once captureReady, only the capture is left: every kernel of the
+	// engine's module was loaded with it (kernel_load), every cuBLASLt
+	// kernel of the bucket by the aside thread, and this thread's plans by
+	// the "plan" items. The eager step before it took ~10 ms at 64 rows on
+	// the H100, and a request arriving meanwhile waited for it and the
+	// capture (docs/BENCHMARKS.md, fifteenth session).
+	eager := !b.captureReady(it.rows)
 	attrs := trace.Attrs{"background": true}
-	if !b.captureReady(it.rows) {
-		return b.warmDecode(ctx, it.rows, attrs)
+	if !eager {
+		attrs["eager_first"] = false
 	}
-	// Only the capture is left: every kernel of the engine's module was
-	// loaded with it (kernel_load), every cuBLASLt kernel of the bucket by
-	// the aside thread, and this thread's plans by the "plan" items. The
-	// eager step warmDecode runs first took ~10 ms at 64 rows on the H100,
-	// and a request arriving meanwhile waited for it and the capture
-	// (docs/BENCHMARKS.md, fifteenth session).
-	if err := b.grow(it.rows, it.rows, metaLen(it.rows, it.rows, b.graphStride)); err != nil {
-		return err
-	}
-	b.padMeta(it.rows, it.rows, b.graphStride)
-	attrs["eager_first"] = false
-	b.captureWith(it.rows, attrs)
-	return nil
+	return b.warmDecode(ctx, it.rows, attrs, eager)
 }
 
 // decodeGemms are the GEMMs of a decode step of Bk rows (the LM head's
@@ -299,33 +305,30 @@ func (b *Backend) decodeGemms(Bk int) []stepGemm { return b.stepGemms(Bk, Bk <= 
 
 // capturedOnBLAS says whether a decode graph captured once its shapes are
 // settled (gemmsSettled) runs the GEMM of shape on cuBLASLt.
-func (b *Backend) capturedOnBLAS(s GemmShape) bool {
-	switch {
-	case b.opts.Gemm == GemmCublasLt || !SkinnyFits(s.M, s.N, s.K, 0, 0):
-		return true
-	case b.opts.Gemm == GemmSkinny:
-		return false
-	}
-	return s.M > SkinnyAutoRows
-}
+func (b *Backend) capturedOnBLAS(s GemmShape) bool { return !b.skinnyOnceWarm(s, 0, 0, false) }
 
 // warmPlan makes this thread's cuBLASLt plan for GEMM i of a Bk-row decode
 // step where its graph will run it on cuBLASLt (a "plan" item): the plan's
 // heuristic query is then no part of the capture, and a request arriving
 // meanwhile waits for one plan.
 func (b *Backend) warmPlan(Bk, i int) error {
-	if !b.planNeeded(Bk, i) {
+	s, ok := b.planShape(Bk, i)
+	if !ok {
 		return nil
 	}
-	_, err := b.blas.plan(b.decodeGemms(Bk)[i].shape)
+	_, err := b.blas.plan(s)
 	return err
 }
 
-// planNeeded says whether GEMM i of a Bk-row decode step wants a cuBLASLt
-// plan of this thread before its graph's capture (warmPlan).
-func (b *Backend) planNeeded(Bk, i int) bool {
+// planShape is the shape of GEMM i of a Bk-row decode step, and whether it
+// wants a cuBLASLt plan of this thread before its graph's capture
+// (warmPlan).
+func (b *Backend) planShape(Bk, i int) (GemmShape, bool) {
 	gs := b.decodeGemms(Bk)
-	return b.blas != nil && i < len(gs) && Bk <= b.capT && b.capturedOnBLAS(gs[i].shape)
+	if b.blas == nil || i >= len(gs) || Bk > b.capT || !b.capturedOnBLAS(gs[i].shape) {
+		return GemmShape{}, false
+	}
+	return gs[i].shape, true
 }
 
 // captureReady says whether bucket Bk's graph can be captured without an
