@@ -151,15 +151,9 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 			if !sq.WantLogits {
 				continue
 			}
-			r64 := make([]float64, V)
-			e64 := make([]float64, V)
-			for j, v := range logC[i] {
-				r64[j] = float64(v)
-				e64[j] = float64(logE[i][j])
-			}
-			s := compare(logG[i], r64)
+			s := compare(logG[i], f64s(logC[i]))
 			worst = max(worst, s.relL2)
-			worstGE = max(worstGE, compare(logG[i], e64).relL2)
+			worstGE = max(worstGE, compare(logG[i], f64s(logE[i])).relL2)
 			if s.nan > 0 || !(s.relL2 <= tolLogits) {
 				t.Errorf("%s-%s step %d seq %d: %d NaN, logits rel_l2 %.3g > %.0e", arch, preset, step, sq.SeqID, s.nan, s.relL2, tolLogits)
 			}
@@ -306,11 +300,7 @@ func checkTokens(t *testing.T, be *Backend, bt *sched.Batch, want [][]float32, s
 		if got := argmax(rows[i]); toks[i] != got {
 			t.Errorf("step %d seq %d: device greedy token %d, argmax of the returned row %d", step, sq.SeqID, toks[i], got)
 		}
-		w := make([]float64, V)
-		for j, v := range want[i] {
-			w[j] = float64(v)
-		}
-		s := compare(rows[i], w)
+		s := compare(rows[i], f64s(want[i]))
 		tol := 1e-2
 		if be.opts.NoGraphs {
 			tol = 0
@@ -369,11 +359,7 @@ func checkCopyBlocks(t *testing.T, be *Backend, blocksA []int32, pos int) {
 	if err := be.ForwardTokens(ctx, bt, make([]sched.TokenChoice, 2), toks, rows); err != nil {
 		t.Fatal(err)
 	}
-	r64 := make([]float64, V)
-	for j, v := range rows[0] {
-		r64[j] = float64(v)
-	}
-	s := compare(rows[1], r64)
+	s := compare(rows[1], f64s(rows[0]))
 	if s.nan > 0 || s.relL2 > 1e-6 || toks[0] != toks[1] {
 		t.Errorf("decode through copied blocks: rel_l2 %.3g vs the original, tokens %d and %d", s.relL2, toks[0], toks[1])
 	}
@@ -483,11 +469,7 @@ func TestGPUGraphCapturedWithoutEagerStep(t *testing.T) {
 		var e [][]float32
 		g, e = forward(&sched.Batch{Seqs: dec})
 		for i := range dec {
-			e64 := make([]float64, V)
-			for j, v := range e[i] {
-				e64[j] = float64(v)
-			}
-			if s := compare(g[i], e64); s.nan > 0 || !(s.relL2 <= tolLogits) {
+			if s := compare(g[i], f64s(e[i])); s.nan > 0 || !(s.relL2 <= tolLogits) {
 				t.Errorf("decode step %d seq %d through bucket %d's graph: %d NaN, rel_l2 %.3g against the eager twin", step, dec[i].SeqID, Bk, s.nan, s.relL2)
 			}
 		}

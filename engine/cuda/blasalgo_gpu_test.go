@@ -56,11 +56,7 @@ func TestGPUGemmAlgos(t *testing.T) {
 				}
 				return bfSlice(down[uint16](g, y, M*s.N))
 			}
-			ref0 := result(0)
-			ref := make([]float64, len(ref0))
-			for i, v := range ref0 {
-				ref[i] = float64(v)
-			}
+			ref := f64s(result(0))
 			times := make([]float64, len(algos))
 			best := 0
 			line := ""

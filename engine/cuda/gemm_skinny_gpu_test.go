@@ -179,10 +179,7 @@ func TestGPUGemmSkinnyFused(t *testing.T) {
 		g.ok(g.k.RMSNorm(g.s, h, x, nw, M, H, eps))
 		g.ok(g.k.GemmSkinny(g.s, yRef, h, w, M, N, H, BF16, false))
 		g.ok(g.k.GemmSkinnyNorm(g.s, y, x, nw, w, M, N, H, eps, BF16))
-		ref := make([]float64, M*N)
-		for i, v := range bfSlice(down[uint16](g, yRef, M*N)) {
-			ref[i] = float64(v)
-		}
+		ref := f64s(bfSlice(down[uint16](g, yRef, M*N)))
 		g.check(fmt.Sprintf("gemm_skinny RMSNorm operand %dx%dx%d", M, N, H), bfSlice(down[uint16](g, y, M*N)), ref, tolBF16)
 
 		if !SkinnyFusedFits(M, I) {

@@ -143,6 +143,15 @@ type errStats struct {
 	nan                   int
 }
 
+// f64s is v widened to float64, as compare takes its reference.
+func f64s(v []float32) []float64 {
+	r := make([]float64, len(v))
+	for i, x := range v {
+		r[i] = float64(x)
+	}
+	return r
+}
+
 func compare(got []float32, ref []float64) errStats {
 	var s errStats
 	var num, den float64

@@ -94,14 +94,6 @@ func readF32(t *testing.T, path string, n int) []float32 {
 	return v
 }
 
-func f64s(v []float32) []float64 {
-	r := make([]float64, len(v))
-	for i, x := range v {
-		r[i] = float64(x)
-	}
-	return r
-}
-
 // nearTie reports whether the top two of ref lie within the bf16 logits
 // tolerance of each other: the same bound backendVsCPU uses, four times
 // tolLogits × the row's RMS (a row within rel_l2 tolLogits has element
