@@ -198,9 +198,14 @@ func Run(ctx context.Context, o Options) error {
 			cancelLoad()
 			return
 		}
+		// Every request needs the stop tokens; working them out builds
+		// the piece index (~5–10 ms for a 151k vocabulary), which the
+		// first request waited for before its prefill while it was done
+		// lazily. Here it overlaps the checkpoint load.
+		stops := t.StopTokenIDs()
 		tok = t
 		tokEnd = time.Now()
-		em.stage(trace.StageTokenizerLoad, start, tokEnd, trace.Attrs{"vocab": st.Vocab, "merges": st.Merges, "json_bytes": st.JSONBytes, "cache_hit": st.CacheHit})
+		em.stage(trace.StageTokenizerLoad, start, tokEnd, trace.Attrs{"vocab": st.Vocab, "merges": st.Merges, "json_bytes": st.JSONBytes, "cache_hit": st.CacheHit, "stop_tokens": len(stops)})
 	}()
 	// The CUDA backend reads the weight files itself (staged upload): the
 	// page_cache stage then only measures residency, and storage reads, if

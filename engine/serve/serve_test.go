@@ -81,10 +81,12 @@ func TestRunInProcess(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	var kv, first trace.StageLine
+	var kv, first, tokLoad trace.StageLine
 	for _, line := range strings.Split(stderr.String(), "\n") {
 		if l, err := trace.ParseStageLine(line); err == nil {
 			switch l.Stage {
+			case trace.StageTokenizerLoad:
+				tokLoad = l
 			case trace.StageKVAlloc:
 				kv = l
 			case trace.StageFirstRequest:
@@ -94,6 +96,11 @@ func TestRunInProcess(t *testing.T) {
 	}
 	if first.Stage == "" || first.EndNS <= first.StartNS || first.Attrs["prompt_tokens"] == nil {
 		t.Fatalf("no first_request stage line for the first request:\n%s", stderr.String())
+	}
+	// The stop tokens are worked out while loading, not on the first
+	// request (the piece index they need took it ~5–10 ms).
+	if n, _ := tokLoad.Attrs["stop_tokens"].(float64); n < 1 {
+		t.Fatalf("tokenizer_load attrs %v, want stop_tokens ≥ 1", tokLoad.Attrs)
 	}
 	gib := 0.01
 	if kv.Attrs["touched_bytes"] != float64(int64(gib*(1<<30))) {

@@ -35,7 +35,8 @@ type Tokenizer interface {
 	ApplyChat(msgs []tokenizer.Message, addGenerationPrompt bool) (string, error)
 	// NewStreamDecoder turns ids into text without splitting characters.
 	NewStreamDecoder() *tokenizer.StreamDecoder
-	// StopTokenIDs end generation unless the request sets ignore_eos.
+	// StopTokenIDs end generation unless the request sets ignore_eos;
+	// New asks once and shares the slice among requests, read-only.
 	StopTokenIDs() []int32
 	// AddBOS says whether prompts start with BOS; BOS returns it.
 	AddBOS() bool
@@ -71,6 +72,9 @@ type Server struct {
 	tok Tokenizer
 	opt Options
 	mux *http.ServeMux
+	// stopIDs end a request's generation unless it sets ignore_eos:
+	// asked of the tokenizer once, not on every request.
+	stopIDs []int32
 
 	firstOnce sync.Once
 }
@@ -92,7 +96,7 @@ func New(s *sched.Scheduler, tok Tokenizer, opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = log.New(io.Discard, "", 0)
 	}
-	srv := &Server{s: s, tok: tok, opt: opt, mux: http.NewServeMux()}
+	srv := &Server{s: s, tok: tok, opt: opt, mux: http.NewServeMux(), stopIDs: tok.StopTokenIDs()}
 	srv.mux.HandleFunc("/health", srv.health)
 	srv.mux.HandleFunc("/metrics", srv.metrics)
 	srv.mux.HandleFunc("/v1/models", srv.auth(srv.models))
@@ -259,7 +263,7 @@ func (srv *Server) common(p commonParams, maxTokens *int, maxParam string, promp
 	}
 	j.stops = stops
 	if p.IgnoreEOS == nil || !*p.IgnoreEOS {
-		j.req.StopTokens = srv.tok.StopTokenIDs()
+		j.req.StopTokens = srv.stopIDs
 	}
 	j.stream = p.Stream != nil && *p.Stream
 	if p.StreamOptions != nil {

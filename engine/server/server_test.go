@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,5 +355,53 @@ func TestTextOutHoldsBackStopPrefixes(t *testing.T) {
 	got.WriteString(o.flush())
 	if got.String() != "abcxy" || o.stopped {
 		t.Fatalf("flush gave %q stopped %v", got.String(), o.stopped)
+	}
+}
+
+// countingTok counts StopTokenIDs calls: the piece index it may build cost
+// the first request ~5–10 ms while requests asked for it.
+type countingTok struct {
+	*tokenizer.Tokenizer
+	stops atomic.Int32
+}
+
+func (c *countingTok) StopTokenIDs() []int32 {
+	c.stops.Add(1)
+	return c.Tokenizer.StopTokenIDs()
+}
+
+// TestStopTokensAskedOnce: New asks the tokenizer for its stop tokens once;
+// requests, which still stop on them, never ask again.
+func TestStopTokensAskedOnce(t *testing.T) {
+	tok := &countingTok{Tokenizer: testTokenizer(t)}
+	eos := tok.Tokenizer.StopTokenIDs()[0]
+	be := &fakeBackend{vocab: tok.VocabSize(), blocks: 2048, eos: eos}
+	s, err := sched.New(be, sched.Config{MaxSeqLen: ctxLen, MaxBatch: 16, MaxBatchedTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	srv, err := New(s, tok, Options{ModelID: modelID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := tok.stops.Load(); n != 1 {
+		t.Fatalf("New asked for the stop tokens %d times, want 1", n)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	ids := tok.Encode("abc")
+	for i := range 3 {
+		be.eosAt = len(ids) + 2 // the 3rd generated token is EOS
+		body := fmt.Sprintf(`{"model":%q,"prompt":"abc","max_tokens":20,"temperature":0,"stream":%v}`, modelID, i%2 == 1)
+		if text, finish := completionText(t, hs.URL, body, i%2 == 1); finish != "stop" {
+			t.Fatalf("request %d: finish %q (text %q), want stop at EOS", i, finish, text)
+		}
+	}
+	if n := tok.stops.Load(); n != 1 {
+		t.Fatalf("after 3 requests the stop tokens were asked for %d times, want 1 (at New)", n)
 	}
 }

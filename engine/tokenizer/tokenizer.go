@@ -45,6 +45,9 @@ type Tokenizer struct {
 	pieceIdxOnce sync.Once
 	pieceIdx     pieceIndex
 
+	stopOnce sync.Once
+	stopIDs  []int32 // StopTokenIDs
+
 	words   wordCache
 	scratch sync.Pool
 }

@@ -193,6 +193,12 @@ func TestQwen3Basics(t *testing.T) {
 	if got := tok.StopTokenIDs(); !slices.Equal(got, []int32{151645, 151643}) {
 		t.Errorf("StopTokenIDs = %v", got)
 	}
+	// Worked out once: later calls return the same list and allocate
+	// nothing (the first built the piece index; engine/serve calls it
+	// while loading so that no request pays for it).
+	if n := testing.AllocsPerRun(10, func() { tok.StopTokenIDs() }); n != 0 {
+		t.Errorf("StopTokenIDs allocated %v times a call after the first", n)
+	}
 	if !tok.IsSpecial(151644) || tok.IsSpecial(151667) {
 		t.Error("IsSpecial wrong for <|im_start|> or <think>")
 	}
