@@ -133,13 +133,22 @@ func (b *Backend) asideGemms() []stepGemm {
 	return out
 }
 
+// asideStats is what the aside thread's shapes took: the first pays
+// cuBLASLt's one-time initialisation (74–140 ms on the lent H100).
+type asideStats struct {
+	n              int // shapes run
+	firstMS, maxMS float64
+	maxShape       GemmShape
+}
+
 // asideWarm runs each GEMM's shape once on cuBLASLt, over its weights and
 // a scratch of the thread's own, on a thread of its own (see the comment
 // at the top of this file), marking each as it completes, until done or
-// ctx ends. It returns how many ran.
-func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) {
+// ctx ends. It returns how many ran and how long they took.
+func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (asideStats, error) {
+	var as asideStats
 	if len(gemms) == 0 {
-		return 0, nil
+		return as, nil
 	}
 	maxX, maxY := 0, 0
 	for _, g := range gemms {
@@ -147,7 +156,6 @@ func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) 
 		maxX = max(maxX, s.M*s.K*2)
 		maxY = max(maxY, s.M*s.N*s.Out.Size())
 	}
-	var n int
 	err := <-contextThread(b.c, "cuBLASLt warm-up thread", func() (err error) {
 		lib, err := openBLASPath(b.blas.Path)
 		if err != nil {
@@ -190,6 +198,7 @@ func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) 
 				return nil
 			}
 			s := g.shape
+			ts := time.Now()
 			if err := bl.Gemm(st, s, y, x, g.w, false); err != nil {
 				return fmt.Errorf("%dx%dx%d: %w", s.M, s.N, s.K, err)
 			}
@@ -197,11 +206,18 @@ func (b *Backend) asideWarm(ctx context.Context, gemms []stepGemm) (int, error) 
 				return err
 			}
 			b.warm.ran(s)
-			n++
+			ms := msSince(ts)
+			if as.n == 0 {
+				as.firstMS = ms
+			}
+			if ms > as.maxMS {
+				as.maxMS, as.maxShape = ms, s
+			}
+			as.n++
 		}
 		return nil
 	})
-	return n, err
+	return as, err
 }
 
 // warmBLASAside is the aside thread's part of WarmBackground: it warms
@@ -212,8 +228,12 @@ func (b *Backend) warmBLASAside(ctx context.Context) {
 	b.mu.Lock()
 	gemms := b.asideGemms()
 	b.mu.Unlock()
-	n, err := b.asideWarm(ctx, gemms)
-	attrs := trace.Attrs{"kind": "cublaslt_aside", "shapes": n, "of": len(gemms), "thread": "own (beside the steps)"}
+	as, err := b.asideWarm(ctx, gemms)
+	attrs := trace.Attrs{"kind": "cublaslt_aside", "shapes": as.n, "of": len(gemms), "thread": "own (beside the steps)"}
+	if as.n > 0 {
+		attrs["first_shape_ms"], attrs["max_shape_ms"] = as.firstMS, as.maxMS
+		attrs["max_shape"] = fmt.Sprintf("%dx%dx%d", as.maxShape.M, as.maxShape.N, as.maxShape.K)
+	}
 	if err != nil {
 		attrs["error"] = err.Error()
 	}

@@ -69,6 +69,13 @@ func TestGPUGemmPathSwitch(t *testing.T) {
 		t.Fatalf("aside warm-up: %v (error %v)", aside.Attrs, e)
 	}
 	t.Logf("STAGE aside warm-up %.1f ms %v", float64(aside.End.Sub(aside.Start).Microseconds())/1000, aside.Attrs)
+	// What each shape took: the first (cuBLASLt's one-time
+	// initialisation) and the longest, within the stage.
+	first, _ := aside.Attrs["first_shape_ms"].(float64)
+	longest, _ := aside.Attrs["max_shape_ms"].(float64)
+	if stageMS := float64(aside.End.Sub(aside.Start).Microseconds()) / 1000; first <= 0 || longest < first || longest > stageMS || aside.Attrs["max_shape"] == nil {
+		t.Errorf("aside shape times %v, want 0 < first ≤ longest ≤ the stage's %.1f ms, and the longest named", aside.Attrs, stageMS)
+	}
 	if !be.warm.has(shape32) || be.warm.isWarming() {
 		t.Fatal("after the aside warm-up the 32-row shapes are not warm, or it still says warming")
 	}
@@ -86,6 +93,17 @@ func TestGPUGemmPathSwitch(t *testing.T) {
 	t.Logf("ERR prefill logits, gemm_skinny (cold) vs cuBLASLt (warm): rel_l2 %.2e", rel)
 	if rel > 1e-2 || math.IsNaN(rel) {
 		t.Errorf("prefill logits moved by %.2e between the GEMM paths (tolerance 1e-2)", rel)
+	}
+	// Every capture splits into its recording and its instantiation.
+	for _, st := range stages {
+		if st.Stage != trace.StageGraphCapture {
+			continue
+		}
+		rec, _ := st.Attrs["record_ms"].(float64)
+		inst, _ := st.Attrs["instantiate_ms"].(float64)
+		if stageMS := float64(st.End.Sub(st.Start).Microseconds()) / 1000; rec <= 0 || inst <= 0 || rec+inst > stageMS+0.01 {
+			t.Errorf("graph_capture %v: record %.3f + instantiate %.3f ms, want both > 0 and within the stage's %.3f ms", st.Attrs["bucket"], rec, inst, stageMS)
+		}
 	}
 	be.mu.Lock()
 	defer be.mu.Unlock()

@@ -89,12 +89,16 @@ func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
 	b.prof = nil // no timing events inside a graph
 	defer func() { b.prof = prof }()
 	t0 := time.Now()
+	var recordMS, instantiateMS float64
 	err := b.s.BeginCapture()
 	if err == nil {
 		b.capturing = true
 		err = b.enqueueDecode(context.Background(), Bk)
 		b.capturing = false
+		recordMS = msSince(t0)
+		ti := time.Now()
 		g, err2 := b.s.EndCapture()
+		instantiateMS = msSince(ti)
 		if err == nil && err2 == nil {
 			b.graphs[Bk] = g
 		} else if g != nil {
@@ -102,7 +106,10 @@ func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
 		}
 		err = errors.Join(err, err2)
 	}
-	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs)}
+	// Recording is the host's launches into the graph; instantiating is
+	// the driver building the executable graph from them. Both hold the
+	// runner thread, so a request that arrives meanwhile waits for them.
+	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs), "record_ms": recordMS, "instantiate_ms": instantiateMS}
 	for k, v := range extra {
 		attrs[k] = v
 	}
