@@ -197,6 +197,13 @@ func backendVsCPU(t *testing.T, arch, preset string) {
 	if !bg {
 		t.Errorf("%s-%s: no background warmup stage", arch, preset)
 	}
+	// The background released the staging ring, a piece an item.
+	gb.mu.Lock()
+	left := gb.staging
+	gb.mu.Unlock()
+	if left != nil && ((left.ring != nil && left.ring.mem != nil) || left.dma != nil) {
+		t.Errorf("%s-%s: the staging ring is still held after the background warm-up", arch, preset)
+	}
 	for _, st := range gb.Stages()[4:] {
 		t.Logf("STAGE %s-%s %-22s %8.2f ms %v", arch, preset, st.Stage, float64(st.End.Sub(st.Start).Microseconds())/1000, st.Attrs)
 	}

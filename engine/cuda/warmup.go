@@ -230,7 +230,9 @@ func (b *Backend) WarmBackground(maxBatch int) {
 	if b.staging != nil {
 		// Last: the load's leftovers (releaseRing), then the in-place
 		// copiers' registrations a step at a time (releaseInPlaceStep).
-		items = append(items, warmItem{what: "staging"})
+		for range b.staging.ringItems() {
+			items = append(items, warmItem{what: "staging"})
+		}
 		for range b.staging.inPlaceItems() {
 			items = append(items, warmItem{what: "inplace"})
 		}
@@ -277,7 +279,8 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	case "plan":
 		return b.warmPlan(it.rows, it.gemm)
 	case "staging":
-		return b.releaseRing()
+		_, err := b.releaseRingStep()
+		return err
 	case "inplace":
 		_, err := b.releaseInPlaceStep(stagingReleaseBytes)
 		return err
@@ -356,8 +359,9 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		yields, ran      int
 		gemms, graphed   int
 		errs             []error
-		due, lastInPlace time.Time // when the first in-place step was due; when the last one ended
-		forced           int       // in-place steps that ran without a pause (inPlaceWait)
+		due, lastInPlace time.Time              // when the first in-place step was due; when the last one ended
+		forced           int                    // in-place steps that ran without a pause (inPlaceWait)
+		maxByKind        = map[string]float64{} // the longest item of each kind (ms)
 	)
 	for _, it := range items {
 		if gate != nil {
@@ -407,6 +411,9 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		if took > maxItem {
 			maxItem, maxWhat = took, it
 		}
+		if ms := durMS(took); ms > maxByKind[it.what] {
+			maxByKind[it.what] = ms
+		}
 		b.mu.Unlock()
 		if it.what == "inplace" {
 			lastInPlace = time.Now()
@@ -434,7 +441,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "yields": yields}
+		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "max_ms_by_kind": maxByKind, "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
 	}
