@@ -30,10 +30,11 @@ import (
 //   - WarmBackground, once the server is serving, warms the rest one small
 //     item at a time (the prefill row buckets' cuBLASLt GEMMs, then the
 //     decode graphs of every bucket up to the batch limit, each after its
-//     GEMMs' plans, one item a plan), each item
-//     taken only while no step is waiting for the backend, so a request
-//     waits at most for the one item under way (max_item and max_item_ms
-//     in its warmup stage).
+//     GEMMs' plans and a first run of each, one item a GEMM, and last the
+//     upload's staging ring, one item a piece), each item taken only
+//     while no step is waiting for the backend, so a request waits at
+//     most for the one item under way (max_item, max_item_ms and
+//     max_ms_by_kind in its warmup stage).
 //
 // Warm-up rows are graph padding rows: KV slot −1 (they store nothing) at
 // position 0 through an all-zero block table, so they never disturb a
@@ -148,9 +149,10 @@ func (b *Backend) skinnyServes(M int) bool {
 }
 
 // warmItem is one piece of background warm-up: "gemm" (a prefill row
-// bucket's cuBLASLt GEMMs), "plan" (the cuBLASLt plan of one GEMM of a
-// decode bucket), "graph" (a decode bucket's graph), "staging" or
-// "inplace" (the upload's leftovers).
+// bucket's cuBLASLt GEMMs), "plan" (the cuBLASLt plan and a first run of
+// one GEMM of a decode bucket), "graph" (a decode bucket's graph),
+// "staging" (a piece of the upload's ring) or "inplace" (a step of the
+// in-place copiers' registrations).
 type warmItem struct {
 	what string
 	rows int
@@ -311,16 +313,23 @@ func (b *Backend) decodeGemms(Bk int) []stepGemm { return b.stepGemms(Bk, Bk <= 
 func (b *Backend) capturedOnBLAS(s GemmShape) bool { return !b.skinnyOnceWarm(s, 0, 0, false) }
 
 // warmPlan makes this thread's cuBLASLt plan for GEMM i of a Bk-row decode
-// step where its graph will run it on cuBLASLt (a "plan" item): the plan's
-// heuristic query is then no part of the capture, and a request arriving
-// meanwhile waits for one plan.
+// step where its graph will run it on cuBLASLt, and runs the GEMM once on
+// the step scratch (a "plan" item): the plan's heuristic query and this
+// handle's first launch of the kernel are then no part of the capture,
+// and a request arriving meanwhile waits for one GEMM. Planning alone
+// left the first capture on this handle (bucket 16) recording for
+// 5.4–7.5 ms, against ~1 ms for the others (H100, docs/BENCHMARKS.md,
+// sixteenth session). The scratch holds no state between steps.
 func (b *Backend) warmPlan(Bk, i int) error {
 	s, ok := b.planShape(Bk, i)
 	if !ok {
 		return nil
 	}
-	_, err := b.blas.plan(s)
-	return err
+	g := b.decodeGemms(Bk)[i]
+	if err := b.blasGemm(s, g.y, g.x, g.w, g.acc); err != nil {
+		return err
+	}
+	return b.s.Synchronize()
 }
 
 // planShape is the shape of GEMM i of a Bk-row decode step, and whether it
