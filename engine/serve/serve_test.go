@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -230,5 +231,55 @@ func TestRunLoadCopy(t *testing.T) {
 	err := Run(context.Background(), Options{ModelDir: dir, Device: "cpu", Load: "direct", Stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "--load") {
 		t.Errorf("--load direct: %v, want an error naming --load", err)
+	}
+}
+
+// TestShutdownClosesFreshConnections: a connection that never sent a
+// request (an HTTP client's spare dial) does not hold up the server's
+// exit. net/http's Shutdown waits 5 s for such a connection; Run closes
+// it at once, so it returns well inside that.
+func TestShutdownClosesFreshConnections(t *testing.T) {
+	dir := tinyModel(t)
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", KVBlocks: 64, TokenizerCacheDir: "-", Stderr: &stderr, Ready: func(a string) { ready <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run ended before ready: %v\n%s", err, stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatal("not ready after a minute")
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The server has accepted it once a request on another connection
+	// has been answered after the dial (one listener, accepted in order).
+	resp, err := http.Get("http://" + addr + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("Run did not return within 4 s of its context's end with a connection that sent no request open (net/http waits 5 s for one)")
+	}
+	// The connection was closed by the server: a read ends.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the fresh connection is still open after Run returned")
 	}
 }
