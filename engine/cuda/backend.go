@@ -185,7 +185,9 @@ type Backend struct {
 	graphs        map[int]*Graph
 	graphsOff     bool // a capture failed: eager steps only
 	graphLaunches int
-	capturing     bool // a decode graph is being captured (runner thread; gemmOnSkinny)
+	capturing     bool           // a decode graph is being captured (runner thread; gemmOnSkinny)
+	recorded      *recordedGraph // recorded by a background item, to instantiate off the runner (b.mu)
+	scratchGen    int            // counts the step scratch's reallocations (grow; runner thread)
 
 	// pending counts calls waiting for or holding mu to run device work;
 	// the background warm-up (warmup.go) runs only while it is 0.

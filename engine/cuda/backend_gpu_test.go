@@ -432,12 +432,25 @@ func TestGPUGraphCapturedWithoutEagerStep(t *testing.T) {
 		t.Errorf("the plan items made %d plans, want %d", got, len(gb.decodeGemms(Bk)))
 	}
 	onRunner(func() error { return gb.runWarmItem(ctx, warmItem{what: "graph", rows: Bk}) })
+	// As warmBackground does: the item only records; the graph is
+	// instantiated on a thread of its own, then installed on the runner.
+	gb.mu.Lock()
+	rg := gb.recorded
+	gb.recorded = nil
+	installed := gb.graphs[Bk] != nil
+	gb.mu.Unlock()
+	if rg == nil || installed {
+		t.Fatalf("the graph item left no recorded graph to instantiate (recorded %v, installed %v)", rg != nil, installed)
+	}
+	inst := NewRunner()
+	defer inst.Close()
+	gb.instantiateRecorded(inst, rg)
 	if gb.graphs[Bk] == nil {
 		t.Fatalf("no graph for bucket %d (graphs off: %v)", Bk, gb.graphsOff)
 	}
 	captured := false
 	for _, st := range gb.Stages() {
-		if st.Stage == trace.StageGraphCapture && st.Attrs["bucket"] == Bk && st.Attrs["eager_first"] == false {
+		if st.Stage == trace.StageGraphCapture && st.Attrs["bucket"] == Bk && st.Attrs["eager_first"] == false && st.Attrs["instantiate_thread"] == "own" {
 			captured = st.Attrs["error"] == nil
 		}
 	}
@@ -498,4 +511,70 @@ func newTestBackend(t *testing.T, ck *model.Checkpoint, opts BackendOptions) *Ba
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestGPURecordedGraphDiscardedAfterGrow: a graph recorded by a background
+// item and instantiated after the step scratch was reallocated (grow) holds
+// the old buffers' addresses: it is not installed, graphs stay on, and the
+// bucket's next decode step captures it anew and replays it.
+func TestGPURecordedGraphDiscardedAfterGrow(t *testing.T) {
+	if _, err := LoadDriver(); err != nil {
+		t.Skipf("no CUDA driver, GPU test skipped: %v", err)
+	}
+	ck := synthCheckpoint(t, "qwen3", "tiny", 11, "bf16")
+	defer ck.Close()
+	const Bk = 2
+	gb := newTestBackend(t, ck, BackendOptions{NumBlocks: 64, BlockSize: 16})
+	defer gb.Close()
+	ctx := context.Background()
+	var rg *recordedGraph
+	onRunner := func(f func() error) {
+		t.Helper()
+		gb.mu.Lock()
+		defer gb.mu.Unlock()
+		if err := gb.r.Do(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onRunner(func() error {
+		if err := gb.padDecode(Bk); err != nil {
+			return err
+		}
+		var err error
+		rg, err = gb.recordGraph(Bk, nil)
+		return err
+	})
+	onRunner(func() error { return gb.grow(2*gb.capT, gb.capRows, gb.capMeta) })
+	inst := NewRunner()
+	defer inst.Close()
+	gb.instantiateRecorded(inst, rg)
+	if gb.graphs[Bk] != nil || gb.graphsOff {
+		t.Fatalf("a graph recorded before grow was installed (%v) or turned graphs off (%v)", gb.graphs[Bk] != nil, gb.graphsOff)
+	}
+	V := gb.VocabSize()
+	seqs := []sched.SeqChunk{{SeqID: 1, Tokens: []int32{5, 9, 13}, Blocks: []int32{0}, WantLogits: true},
+		{SeqID: 2, Tokens: []int32{7, 11}, Blocks: []int32{1}, WantLogits: true}}
+	logits := [][]float32{make([]float32, V), make([]float32, V)}
+	if err := gb.Forward(ctx, &sched.Batch{Seqs: seqs}, logits); err != nil {
+		t.Fatal(err)
+	}
+	pos := []int{3, 2}
+	for step := 0; step < 3; step++ {
+		dec := make([]sched.SeqChunk, len(seqs))
+		for i := range dec {
+			dec[i] = sched.SeqChunk{SeqID: seqs[i].SeqID, Tokens: []int32{int32(argmax(logits[i]))}, Pos: pos[i], Blocks: seqs[i].Blocks, WantLogits: true}
+			pos[i]++
+		}
+		if err := gb.Forward(ctx, &sched.Batch{Seqs: dec}, logits); err != nil {
+			t.Fatal(err)
+		}
+		for i := range logits {
+			if s := compare(logits[i], f64s(logits[i])); s.nan > 0 {
+				t.Fatalf("step %d seq %d: %d NaN logits", step, i, s.nan)
+			}
+		}
+	}
+	if gb.graphs[Bk] == nil || gb.GraphLaunches() == 0 {
+		t.Fatalf("bucket %d: graph %v, %d graph launches after three decode steps; want it captured anew and replayed", Bk, gb.graphs[Bk] != nil, gb.GraphLaunches())
+	}
 }

@@ -63,10 +63,12 @@ func (b *Backend) validate(bt *sched.Batch) error {
 func (b *Backend) grow(T, rows, meta int) error {
 	c := b.cfg
 	if T > b.capT || rows > b.capRows || meta > b.capMeta {
-		// Captured graphs hold the old buffers' addresses.
+		// Captured graphs hold the old buffers' addresses, and so does a
+		// graph recorded and not yet installed (scratchGen).
 		if err := b.dropGraphs(); err != nil {
 			return err
 		}
+		b.scratchGen++
 	}
 	if T > b.capT {
 		T = max(T, 2*b.capT, 16)

@@ -83,41 +83,88 @@ func (b *Backend) forwardGraph(ctx context.Context, out *stepOut, rowSeq []int, 
 // graph_capture stage with the error.
 func (b *Backend) capture(Bk int) { b.captureWith(Bk, nil) }
 
-// captureWith is capture with extra attributes for the stage.
+// captureWith is capture with extra attributes for the stage: it records,
+// instantiates and installs the graph on the runner thread.
 func (b *Backend) captureWith(Bk int, extra trace.Attrs) {
+	cg, err := b.recordGraph(Bk, extra)
+	var instantiateMS float64
+	if err == nil {
+		ti := time.Now()
+		err = cg.g.Instantiate()
+		instantiateMS = msSince(ti)
+	}
+	b.installGraph(cg, instantiateMS, err)
+}
+
+// recordedGraph is a decode graph recorded and not yet installed
+// (installGraph), perhaps not yet instantiated.
+type recordedGraph struct {
+	Bk       int
+	g        *Graph // nil when recording failed
+	gen      int    // scratchGen when recorded: the buffers its launches use
+	t0       time.Time
+	recordMS float64
+	extra    trace.Attrs
+}
+
+// recordGraph records bucket Bk's decode step into a graph, without
+// instantiating it (runner thread, in the graph layout).
+func (b *Backend) recordGraph(Bk int, extra trace.Attrs) (*recordedGraph, error) {
 	prof := b.prof
 	b.prof = nil // no timing events inside a graph
 	defer func() { b.prof = prof }()
-	t0 := time.Now()
-	var recordMS, instantiateMS float64
-	err := b.s.BeginCapture()
-	if err == nil {
-		b.capturing = true
-		err = b.enqueueDecode(context.Background(), Bk)
-		b.capturing = false
-		recordMS = msSince(t0)
-		ti := time.Now()
-		g, err2 := b.s.EndCapture()
-		instantiateMS = msSince(ti)
-		if err == nil && err2 == nil {
-			b.graphs[Bk] = g
-		} else if g != nil {
+	rg := &recordedGraph{Bk: Bk, gen: b.scratchGen, t0: time.Now(), extra: extra}
+	if err := b.s.BeginCapture(); err != nil {
+		return rg, err
+	}
+	b.capturing = true
+	err := b.enqueueDecode(context.Background(), Bk)
+	b.capturing = false
+	g, err2 := b.s.EndCaptureGraph()
+	rg.recordMS = msSince(rg.t0)
+	if err = errors.Join(err, err2); err != nil {
+		if g != nil {
 			g.Destroy()
 		}
-		err = errors.Join(err, err2)
+		return rg, err
+	}
+	rg.g = g
+	return rg, nil
+}
+
+// installGraph ends a capture (runner thread): it keeps rg's graph as its
+// bucket's unless err (from recording or instantiating) says it failed, a
+// step captured the bucket meanwhile or the scratch was reallocated since,
+// and reports the graph_capture stage. A failure turns graphs off for
+// this backend.
+func (b *Backend) installGraph(rg *recordedGraph, instantiateMS float64, err error) {
+	switch {
+	case err != nil:
+		if rg.g != nil {
+			rg.g.Destroy()
+		}
+	case b.graphs[rg.Bk] != nil || rg.gen != b.scratchGen:
+		// A step captured it first, or the scratch it launches over was
+		// reallocated since (grow): its next use records it again.
+		rg.g.Destroy()
+		return
+	default:
+		b.graphs[rg.Bk] = rg.g
 	}
 	// Recording is the host's launches into the graph; instantiating is
-	// the driver building the executable graph from them. Both hold the
-	// runner thread, so a request that arrives meanwhile waits for them.
-	attrs := trace.Attrs{"bucket": Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs), "record_ms": recordMS, "instantiate_ms": instantiateMS}
-	for k, v := range extra {
+	// the driver building the executable graph from them. Recording holds
+	// the runner thread, so a request that arrives meanwhile waits for it;
+	// so does instantiating, except for a background capture's
+	// (instantiate_thread "own").
+	attrs := trace.Attrs{"bucket": rg.Bk, "layers": len(b.layers), "buckets_captured": len(b.graphs), "record_ms": rg.recordMS, "instantiate_ms": instantiateMS}
+	for k, v := range rg.extra {
 		attrs[k] = v
 	}
 	if err != nil {
 		b.graphsOff = true
 		attrs["error"] = err.Error()
 	}
-	b.stage(trace.StageGraphCapture, t0, attrs)
+	b.stage(trace.StageGraphCapture, rg.t0, attrs)
 }
 
 // dropGraphs destroys the captured graphs (their buffers were reallocated).

@@ -186,15 +186,33 @@ func (s *Stream) BeginCapture() error {
 
 // EndCapture ends the capture and instantiates the graph.
 func (s *Stream) EndCapture() (*Graph, error) {
-	g := &Graph{c: s.c}
-	if err := s.c.d.check("cuStreamEndCapture", C.tt_cuStreamEndCapture(s.c.d.c, s.s, &g.g)); err != nil {
+	g, err := s.EndCaptureGraph()
+	if err != nil {
 		return nil, err
 	}
-	if err := s.c.d.check("cuGraphInstantiate", C.tt_cuGraphInstantiate(s.c.d.c, &g.exec, g.g, 0)); err != nil {
+	if err := g.Instantiate(); err != nil {
 		C.tt_cuGraphDestroy(s.c.d.c, g.g)
 		return nil, err
 	}
 	return g, nil
+}
+
+// EndCaptureGraph ends the capture and returns the captured graph without
+// instantiating it: Instantiate, which may run on another thread where
+// the context is current, makes it launchable.
+func (s *Stream) EndCaptureGraph() (*Graph, error) {
+	g := &Graph{c: s.c}
+	if err := s.c.d.check("cuStreamEndCapture", C.tt_cuStreamEndCapture(s.c.d.c, s.s, &g.g)); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Instantiate builds the executable form of a graph EndCaptureGraph
+// returned; on failure the graph stays uninstantiated (Destroy still
+// releases it).
+func (g *Graph) Instantiate() error {
+	return g.c.d.check("cuGraphInstantiate", C.tt_cuGraphInstantiate(g.c.d.c, &g.exec, g.g, 0))
 }
 
 // Launch replays the graph on a stream.
@@ -202,9 +220,12 @@ func (g *Graph) Launch(s *Stream) error {
 	return g.c.d.check("cuGraphLaunch", C.tt_cuGraphLaunch(g.c.d.c, g.exec, s.s))
 }
 
-// Destroy releases the graph.
+// Destroy releases the graph (and its executable form, if instantiated).
 func (g *Graph) Destroy() error {
-	err := g.c.d.check("cuGraphExecDestroy", C.tt_cuGraphExecDestroy(g.c.d.c, g.exec))
+	var err error
+	if g.exec != nil {
+		err = g.c.d.check("cuGraphExecDestroy", C.tt_cuGraphExecDestroy(g.c.d.c, g.exec))
+	}
 	if e2 := g.c.d.check("cuGraphDestroy", C.tt_cuGraphDestroy(g.c.d.c, g.g)); err == nil {
 		err = e2
 	}

@@ -97,10 +97,9 @@ func (b *Backend) padMeta(T, tableRows, stride int) {
 // every kernel it launches), then captures its graph (runner thread);
 // attrs go to the graph_capture stage.
 func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs, eagerFirst bool) error {
-	if err := b.grow(Bk, Bk, metaLen(Bk, Bk, b.graphStride)); err != nil {
+	if err := b.padDecode(Bk); err != nil {
 		return err
 	}
-	b.padMeta(Bk, Bk, b.graphStride)
 	if eagerFirst {
 		if err := b.upMeta(); err != nil {
 			return err
@@ -113,6 +112,16 @@ func (b *Backend) warmDecode(ctx context.Context, Bk int, attrs trace.Attrs, eag
 		}
 	}
 	b.captureWith(Bk, attrs)
+	return nil
+}
+
+// padDecode lays out bucket Bk's padding rows in the graph layout, for a
+// warm-up step or capture (runner thread).
+func (b *Backend) padDecode(Bk int) error {
+	if err := b.grow(Bk, Bk, metaLen(Bk, Bk, b.graphStride)); err != nil {
+		return err
+	}
+	b.padMeta(Bk, Bk, b.graphStride)
 	return nil
 }
 
@@ -296,12 +305,50 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 	// the "plan" items. The eager step before it took ~10 ms at 64 rows on
 	// the H100, and a request arriving meanwhile waited for it and the
 	// capture (docs/BENCHMARKS.md, fifteenth session).
-	eager := !b.captureReady(it.rows)
 	attrs := trace.Attrs{"background": true}
-	if !eager {
-		attrs["eager_first"] = false
+	if !b.captureReady(it.rows) {
+		return b.warmDecode(ctx, it.rows, attrs, true)
 	}
-	return b.warmDecode(ctx, it.rows, attrs, eager)
+	// Only the recording holds this thread: warmBackground has the graph
+	// instantiated on a thread of its own (2–3.5 ms for the 4B shape on
+	// the H100, which a request arriving meanwhile waited for) and then
+	// installs it here.
+	attrs["eager_first"] = false
+	attrs["instantiate_thread"] = "own"
+	if err := b.padDecode(it.rows); err != nil {
+		return err
+	}
+	rg, err := b.recordGraph(it.rows, attrs)
+	if err != nil {
+		b.installGraph(rg, 0, err)
+		return nil
+	}
+	b.recorded = rg
+	return nil
+}
+
+// instantiateRecorded instantiates a graph a background item recorded, on
+// inst's thread, while the runner thread serves steps, then installs it on
+// the runner thread; it returns how long instantiating took.
+func (b *Backend) instantiateRecorded(inst *Runner, rg *recordedGraph) time.Duration {
+	ti := time.Now()
+	err := inst.Do(context.Background(), func() error {
+		if err := b.c.SetCurrent(); err != nil {
+			return err
+		}
+		return rg.g.Instantiate()
+	})
+	took := time.Since(ti)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return took
+	}
+	_ = b.r.Do(context.Background(), func() error {
+		b.installGraph(rg, durMS(took), err)
+		return nil
+	})
+	return took
 }
 
 // decodeGemms are the GEMMs of a decode step of Bk rows (the LM head's
@@ -371,6 +418,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		due, lastInPlace time.Time              // when the first in-place step was due; when the last one ended
 		forced           int                    // in-place steps that ran without a pause (inPlaceWait)
 		maxByKind        = map[string]float64{} // the longest item of each kind (ms)
+		inst             *Runner                // instantiates background graphs (instantiateRecorded)
 	)
 	for _, it := range items {
 		if gate != nil {
@@ -423,7 +471,18 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		if ms := durMS(took); ms > maxByKind[it.what] {
 			maxByKind[it.what] = ms
 		}
+		rg := b.recorded
+		b.recorded = nil
 		b.mu.Unlock()
+		if rg != nil {
+			if inst == nil {
+				inst = NewRunner()
+				defer inst.Close()
+			}
+			if ms := durMS(b.instantiateRecorded(inst, rg)); ms > maxByKind["instantiate"] {
+				maxByKind["instantiate"] = ms // off the runner thread
+			}
+		}
 		if it.what == "inplace" {
 			lastInPlace = time.Now()
 			if forcedNow {
