@@ -310,9 +310,9 @@ func (b *Backend) runWarmItem(ctx context.Context, it warmItem) error {
 		return b.warmDecode(ctx, it.rows, attrs, true)
 	}
 	// Only the recording holds this thread: warmBackground has the graph
-	// instantiated on a thread of its own (2–3.5 ms for the 4B shape on
-	// the H100, which a request arriving meanwhile waited for) and then
-	// installs it here.
+	// instantiated on a thread of its own (1.6–3.7 ms for the 4B shape on
+	// the H100, which a request arriving meanwhile used to wait for) and
+	// then installs it here.
 	attrs["eager_first"] = false
 	attrs["instantiate_thread"] = "own"
 	if err := b.padDecode(it.rows); err != nil {
@@ -342,6 +342,8 @@ func (b *Backend) instantiateRecorded(inst *Runner, rg *recordedGraph) time.Dura
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
+		// Not reached while Close waits for the background (stopBackground)
+		// before it closes; the context's release would free the graph.
 		return took
 	}
 	_ = b.r.Do(context.Background(), func() error {
@@ -364,9 +366,9 @@ func (b *Backend) capturedOnBLAS(s GemmShape) bool { return !b.skinnyOnceWarm(s,
 // the step scratch (a "plan" item): the plan's heuristic query and this
 // handle's first launch of the kernel are then no part of the capture,
 // and a request arriving meanwhile waits for one GEMM. Planning alone
-// left the first capture on this handle (bucket 16) recording for
-// 5.4–7.5 ms, against ~1 ms for the others (H100, docs/BENCHMARKS.md,
-// sixteenth session). The scratch holds no state between steps.
+// left the first capture on this handle (bucket 16) recording for 4–8.5
+// ms, against ~1–2 ms for the others (H100, docs/BENCHMARKS.md, sixteenth
+// session). The scratch holds no state between steps.
 func (b *Backend) warmPlan(Bk, i int) error {
 	s, ok := b.planShape(Bk, i)
 	if !ok {
