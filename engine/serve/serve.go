@@ -28,6 +28,7 @@ import (
 	"github.com/treni-top/treni-top/engine/server"
 	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 )
 
 // Options configure Run. Zero values take the defaults named per field.
@@ -297,9 +298,9 @@ func Run(ctx context.Context, o Options) error {
 	// grace for new connections, in ~40% of `treni-top run` exits on the
 	// H100 (docs/BENCHMARKS.md, sixteenth session): Shutdown closes those
 	// at once instead, once the listener is closed.
-	var fresh freshConns
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ConnState: fresh.track}
-	hs.RegisterOnShutdown(fresh.closeAll)
+	var fresh httpserve.FreshConns
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ConnState: fresh.Track}
+	hs.RegisterOnShutdown(fresh.CloseAll)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
 	schedDone := make(chan error, 1)
@@ -590,37 +591,6 @@ func selfCheck(ctx context.Context, addr string) error {
 		}
 	}
 	return last
-}
-
-// freshConns tracks the server's connections that have not yet sent a
-// request (http.StateNew), so that shutting down need not wait for them.
-type freshConns struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-// track is the server's ConnState hook.
-func (f *freshConns) track(c net.Conn, st http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st == http.StateNew {
-		if f.conns == nil {
-			f.conns = map[net.Conn]struct{}{}
-		}
-		f.conns[c] = struct{}{}
-		return
-	}
-	delete(f.conns, c)
-}
-
-// closeAll closes every connection still waiting for its first request.
-func (f *freshConns) closeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.conns {
-		_ = c.Close()
-		delete(f.conns, c)
-	}
 }
 
 // backgroundWarmer is a backend that warms part of itself after the

@@ -34,7 +34,9 @@ func Start(ctx context.Context, addr string, h http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
+	var fresh FreshConns
+	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: fresh.Track}, ln: ln, done: make(chan struct{})}
+	s.srv.RegisterOnShutdown(fresh.CloseAll)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -76,4 +78,39 @@ func (s *Server) Close() error {
 	s.shutdown()
 	<-s.done
 	return s.err
+}
+
+// FreshConns tracks an http.Server's connections that have not yet sent a
+// request (http.StateNew), so that shutting down need not wait for them:
+// Shutdown treats such a connection as busy for its first 5 s, and an
+// HTTP client's spare dial, left idle in its pool, is one. Install Track
+// as the server's ConnState and CloseAll with RegisterOnShutdown (it
+// runs once the listeners are closed).
+type FreshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// Track is an http.Server ConnState hook.
+func (f *FreshConns) Track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st == http.StateNew {
+		if f.conns == nil {
+			f.conns = map[net.Conn]struct{}{}
+		}
+		f.conns[c] = struct{}{}
+		return
+	}
+	delete(f.conns, c)
+}
+
+// CloseAll closes every connection still waiting for its first request.
+func (f *FreshConns) CloseAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		_ = c.Close()
+		delete(f.conns, c)
+	}
 }
