@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/treni-top/treni-top/engine/sched"
@@ -420,6 +422,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		due, lastInPlace time.Time              // when the first in-place step was due; when the last one ended
 		forced           int                    // in-place steps that ran without a pause (inPlaceWait)
 		maxByKind        = map[string]float64{} // the longest item of each kind (ms)
+		times            []itemTime             // every item run, for longest_items
 		inst             *Runner                // instantiates background graphs (instantiateRecorded)
 	)
 	for _, it := range items {
@@ -470,9 +473,10 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		if took > maxItem {
 			maxItem, maxWhat = took, it
 		}
-		if ms := durMS(took); ms > maxByKind[it.what] {
+		if ms := durMS(took); ms >= maxByKind[it.what] {
 			maxByKind[it.what] = ms
 		}
+		times = append(times, itemTime{it, took})
 		rg := b.recorded
 		b.recorded = nil
 		b.mu.Unlock()
@@ -511,7 +515,7 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "max_ms_by_kind": maxByKind, "yields": yields}
+		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "max_ms_by_kind": maxByKind, "longest_items": longestItems(times, 5), "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
 	}
@@ -527,6 +531,25 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	if !b.closed {
 		b.stage(trace.StageWarmup, t0, attrs)
 	}
+}
+
+// itemTime is how long a background item held the runner thread.
+type itemTime struct {
+	it   warmItem
+	took time.Duration
+}
+
+// longestItems names the n items that held the runner thread longest,
+// longest first ("plan 16/1 3.2 ms"): a request arriving during one waited
+// for it, and the stage should say which.
+func longestItems(times []itemTime, n int) []string {
+	times = slices.Clone(times)
+	slices.SortStableFunc(times, func(a, b itemTime) int { return cmp.Compare(b.took, a.took) })
+	out := []string{}
+	for _, t := range times[:min(n, len(times))] {
+		out = append(out, fmt.Sprintf("%s %.1f ms", t.it, durMS(t.took)))
+	}
+	return out
 }
 
 // stopBackground stops the background warm-up and waits for it; the

@@ -133,6 +133,12 @@ func TestWarmBackgroundYieldsToSteps(t *testing.T) {
 		if a["max_item"] != "gemm 32" || a["max_item_ms"] != 3.0 {
 			t.Errorf("longest item %v, %v ms; want gemm 32, 3 ms", a["max_item"], a["max_item_ms"])
 		}
+		if by, _ := a["max_ms_by_kind"].(map[string]float64); by["gemm"] != 3.0 || by["graph"] != 0 || len(by) != 2 {
+			t.Errorf("max_ms_by_kind %v, want gemm 3 ms and graph 0 ms", a["max_ms_by_kind"])
+		}
+		if got, want := a["longest_items"], []string{"gemm 32 3.0 ms", "gemm 64 0.0 ms", "graph 2 0.0 ms"}; !slices.Equal(got.([]string), want) {
+			t.Errorf("longest_items %v, want %v", got, want)
+		}
 		if e, _ := a["error"].(string); e != "graph 2: capture refused" {
 			t.Errorf("error attr %q", e)
 		}
