@@ -294,10 +294,10 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("listen on %s: %w; pick a free address with --addr", o.Addr, err)
 	}
 	// A connection that never sent a request (an HTTP client's spare
-	// dial, left idle in its pool) held Shutdown for ~5 s, net/http's
-	// grace for new connections, in ~40% of `treni-top run` exits on the
-	// H100 (docs/BENCHMARKS.md, sixteenth session): Shutdown closes those
-	// at once instead, once the listener is closed.
+	// dial, left idle in its pool) held Shutdown for 4.2–5 s, net/http's
+	// grace for new connections, in 12 of 32 cold starts on the H100
+	// (docs/BENCHMARKS.md, sixteenth session): Shutdown closes those at
+	// once instead, once the listener is closed.
 	var fresh httpserve.FreshConns
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ConnState: fresh.Track}
 	hs.RegisterOnShutdown(fresh.CloseAll)
