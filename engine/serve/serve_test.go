@@ -45,25 +45,32 @@ func tinyModel(t *testing.T) string {
 	return dir
 }
 
-func TestRunInProcess(t *testing.T) {
-	dir := tinyModel(t)
+// startRun runs Run with o until ctx ends (Addr 127.0.0.1:0; Stderr and
+// Ready set here) and returns, once the server answers, its address, the
+// channel Run's result arrives on and what it wrote to stderr.
+func startRun(ctx context.Context, t *testing.T, o Options) (string, <-chan error, *syncBuffer) {
+	t.Helper()
 	var stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", KVBlocks: 64, KVTouchGiB: 0.01, WarmupPasses: 2,
-			TokenizerCacheDir: "-", Stderr: &stderr, APIKey: "k", Ready: func(a string) { ready <- a }})
-	}()
-	var addr string
+	o.Addr, o.Stderr, o.Ready = "127.0.0.1:0", &stderr, func(a string) { ready <- a }
+	go func() { done <- Run(ctx, o) }()
 	select {
-	case addr = <-ready:
+	case addr := <-ready:
+		return addr, done, &stderr
 	case err := <-done:
-		t.Fatalf("Run ended before ready: %v\n%s", err, stderr.String())
+		t.Fatalf("Run (device %q, load %q) ended before ready: %v\n%s", o.Device, o.Load, err, stderr.String())
 	case <-time.After(time.Minute):
-		t.Fatal("not ready after a minute")
+		t.Fatalf("Run (device %q, load %q): not ready after a minute", o.Device, o.Load)
 	}
+	return "", nil, nil
+}
+
+func TestRunInProcess(t *testing.T) {
+	dir := tinyModel(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done, stderr := startRun(ctx, t, Options{ModelDir: dir, KVBlocks: 64, KVTouchGiB: 0.01, WarmupPasses: 2, TokenizerCacheDir: "-", APIKey: "k"})
 	// Greedy, so that the three tokens asserted below do not depend on a
 	// draw that could land on a stop token (the server's default
 	// temperature is 1).
@@ -162,23 +169,9 @@ func TestContextLength(t *testing.T) {
 func TestRunLoadCopy(t *testing.T) {
 	dir := tinyModel(t)
 	complete := func(load string) (string, string) {
-		var stderr syncBuffer
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ready := make(chan string, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", Device: "cpu", KVBlocks: 64, Load: load, MaxBatchedTokens: 40,
-				TokenizerCacheDir: "-", Stderr: &stderr, Ready: func(a string) { ready <- a }})
-		}()
-		var addr string
-		select {
-		case addr = <-ready:
-		case err := <-done:
-			t.Fatalf("--load %s: Run ended before ready: %v\n%s", load, err, stderr.String())
-		case <-time.After(time.Minute):
-			t.Fatalf("--load %s: not ready after a minute", load)
-		}
+		addr, done, stderr := startRun(ctx, t, Options{ModelDir: dir, Device: "cpu", KVBlocks: 64, Load: load, MaxBatchedTokens: 40, TokenizerCacheDir: "-"})
 		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
 			strings.NewReader(`{"model":"tiny","prompt":"hello there","max_tokens":6,"temperature":0}`))
 		if err != nil {
@@ -239,23 +232,9 @@ func TestRunLoadCopy(t *testing.T) {
 // exit. net/http's Shutdown waits 5 s for such a connection; Run closes
 // it at once, so it returns well inside that.
 func TestShutdownClosesFreshConnections(t *testing.T) {
-	dir := tinyModel(t)
-	var stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{ModelDir: dir, Addr: "127.0.0.1:0", KVBlocks: 64, TokenizerCacheDir: "-", Stderr: &stderr, Ready: func(a string) { ready <- a }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run ended before ready: %v\n%s", err, stderr.String())
-	case <-time.After(time.Minute):
-		t.Fatal("not ready after a minute")
-	}
+	addr, done, _ := startRun(ctx, t, Options{ModelDir: tinyModel(t), KVBlocks: 64, TokenizerCacheDir: "-"})
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
