@@ -392,17 +392,9 @@ func TestGPUGraphCapturedWithoutEagerStep(t *testing.T) {
 	defer ge.Close()
 	ctx := context.Background()
 	V := gb.VocabSize()
-	onRunner := func(f func() error) {
-		t.Helper()
-		gb.mu.Lock()
-		defer gb.mu.Unlock()
-		if err := gb.r.Do(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The aside thread's part: the bucket's shapes run once on a handle
 	// of their own, which loads their kernels in the context.
-	onRunner(func() error {
+	onRunner(t, gb, func() error {
 		other, err := gb.c.NewBLAS()
 		if err != nil {
 			return err
@@ -426,12 +418,12 @@ func TestGPUGraphCapturedWithoutEagerStep(t *testing.T) {
 	}
 	plans := gb.blas.Plans()
 	for i := range stepGemmCount {
-		onRunner(func() error { return gb.runWarmItem(ctx, warmItem{what: "plan", rows: Bk, gemm: i}) })
+		onRunner(t, gb, func() error { return gb.runWarmItem(ctx, warmItem{what: "plan", rows: Bk, gemm: i}) })
 	}
 	if got := gb.blas.Plans() - plans; got != len(gb.decodeGemms(Bk)) {
 		t.Errorf("the plan items made %d plans, want %d", got, len(gb.decodeGemms(Bk)))
 	}
-	onRunner(func() error { return gb.runWarmItem(ctx, warmItem{what: "graph", rows: Bk}) })
+	onRunner(t, gb, func() error { return gb.runWarmItem(ctx, warmItem{what: "graph", rows: Bk}) })
 	// As warmBackground does: the item only records; the graph is
 	// instantiated on a thread of its own, then installed on the runner.
 	gb.mu.Lock()
@@ -513,6 +505,17 @@ func newTestBackend(t *testing.T, ck *model.Checkpoint, opts BackendOptions) *Ba
 	return b
 }
 
+// onRunner runs f on b's runner thread with b.mu held, as a background
+// item runs, and fails the test on its error.
+func onRunner(t *testing.T, b *Backend, f func() error) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.r.Do(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestGPURecordedGraphDiscardedAfterGrow: a graph recorded by a background
 // item and instantiated after the step scratch was reallocated (grow) holds
 // the old buffers' addresses: it is not installed, graphs stay on, and the
@@ -528,15 +531,7 @@ func TestGPURecordedGraphDiscardedAfterGrow(t *testing.T) {
 	defer gb.Close()
 	ctx := context.Background()
 	var rg *recordedGraph
-	onRunner := func(f func() error) {
-		t.Helper()
-		gb.mu.Lock()
-		defer gb.mu.Unlock()
-		if err := gb.r.Do(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	onRunner(func() error {
+	onRunner(t, gb, func() error {
 		if err := gb.padDecode(Bk); err != nil {
 			return err
 		}
@@ -544,7 +539,7 @@ func TestGPURecordedGraphDiscardedAfterGrow(t *testing.T) {
 		rg, err = gb.recordGraph(Bk, nil)
 		return err
 	})
-	onRunner(func() error { return gb.grow(2*gb.capT, gb.capRows, gb.capMeta) })
+	onRunner(t, gb, func() error { return gb.grow(2*gb.capT, gb.capRows, gb.capMeta) })
 	inst := NewRunner()
 	defer inst.Close()
 	gb.instantiateRecorded(inst, rg)
