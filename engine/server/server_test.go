@@ -113,6 +113,13 @@ func testTokenizer(t *testing.T) *tokenizer.Tokenizer {
 
 func newEnv(t *testing.T, be *fakeBackend, apiKey string) *env {
 	t.Helper()
+	return newEnvWith(t, be, testTokenizer(t), apiKey)
+}
+
+// newEnvWith is newEnv with the server given srvTok, a wrapper of the
+// test tokenizer (env.tok, which sizes the vocabulary).
+func newEnvWith(t *testing.T, be *fakeBackend, srvTok Tokenizer, apiKey string) *env {
+	t.Helper()
 	tok := testTokenizer(t)
 	if be.vocab == 0 {
 		be.vocab = tok.VocabSize()
@@ -127,7 +134,7 @@ func newEnv(t *testing.T, be *fakeBackend, apiKey string) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	srv, err := New(s, tok, Options{ModelID: modelID, APIKey: apiKey})
+	srv, err := New(s, srvTok, Options{ModelID: modelID, APIKey: apiKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,30 +381,15 @@ func (c *countingTok) StopTokenIDs() []int32 {
 // requests, which still stop on them, never ask again.
 func TestStopTokensAskedOnce(t *testing.T) {
 	tok := &countingTok{Tokenizer: testTokenizer(t)}
-	eos := tok.Tokenizer.StopTokenIDs()[0]
-	be := &fakeBackend{vocab: tok.VocabSize(), blocks: 2048, eos: eos}
-	s, err := sched.New(be, sched.Config{MaxSeqLen: ctxLen, MaxBatch: 16, MaxBatchedTokens: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	srv, err := New(s, tok, Options{ModelID: modelID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnvWith(t, &fakeBackend{eos: tok.Tokenizer.StopTokenIDs()[0]}, tok, "")
 	if n := tok.stops.Load(); n != 1 {
 		t.Fatalf("New asked for the stop tokens %d times, want 1", n)
 	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
 	ids := tok.Encode("abc")
 	for i := range 3 {
-		be.eosAt = len(ids) + 2 // the 3rd generated token is EOS
+		e.be.eosAt = len(ids) + 2 // the 3rd generated token is EOS
 		body := fmt.Sprintf(`{"model":%q,"prompt":"abc","max_tokens":20,"temperature":0,"stream":%v}`, modelID, i%2 == 1)
-		if text, finish := completionText(t, hs.URL, body, i%2 == 1); finish != "stop" {
+		if text, finish := completionText(t, e.url, body, i%2 == 1); finish != "stop" {
 			t.Fatalf("request %d: finish %q (text %q), want stop at EOS", i, finish, text)
 		}
 	}
