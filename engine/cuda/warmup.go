@@ -414,15 +414,14 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	gate func(warmItem) <-chan struct{}) {
 	t0 := time.Now()
 	var (
-		maxItem, staging time.Duration
-		maxWhat          warmItem // the longest item
+		staging          time.Duration
 		yields, ran      int
 		gemms, graphed   int
 		errs             []error
 		due, lastInPlace time.Time              // when the first in-place step was due; when the last one ended
 		forced           int                    // in-place steps that ran without a pause (inPlaceWait)
 		maxByKind        = map[string]float64{} // the longest item of each kind (ms)
-		times            []itemTime             // every item run, for longest_items
+		times            []itemTime             // every item run: max_item, longest_items
 		inst             *Runner                // instantiates background graphs (instantiateRecorded)
 	)
 	for _, it := range items {
@@ -470,9 +469,6 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		ti := time.Now()
 		err := b.r.Do(ctx, func() error { return run(ctx, it) })
 		took := time.Since(ti)
-		if took > maxItem {
-			maxItem, maxWhat = took, it
-		}
 		if ms := durMS(took); ms >= maxByKind[it.what] {
 			maxByKind[it.what] = ms
 		}
@@ -514,8 +510,13 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	slowest := byTime(times)
+	var longest itemTime
+	if len(slowest) > 0 {
+		longest = slowest[0]
+	}
 	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": durMS(maxItem), "max_item": maxWhat.String(), "max_ms_by_kind": maxByKind, "longest_items": longestItems(times, 5), "yields": yields}
+		"max_item_ms": durMS(longest.took), "max_item": longest.it.String(), "max_ms_by_kind": maxByKind, "longest_items": itemNames(slowest, 5), "yields": yields}
 	if b.blas != nil {
 		attrs["gemm_plans"] = b.blas.Plans()
 	}
@@ -539,12 +540,17 @@ type itemTime struct {
 	took time.Duration
 }
 
-// longestItems names the n items that held the runner thread longest,
-// longest first ("plan 16/1 3.2 ms"): a request arriving during one waited
-// for it, and the stage should say which.
-func longestItems(times []itemTime, n int) []string {
+// byTime is times, longest first (in run order where equal).
+func byTime(times []itemTime) []itemTime {
 	times = slices.Clone(times)
 	slices.SortStableFunc(times, func(a, b itemTime) int { return cmp.Compare(b.took, a.took) })
+	return times
+}
+
+// itemNames names the first n items of times with how long each held the
+// runner thread ("plan 16/1 3.2 ms"): given byTime's order, the longest,
+// which a request arriving during one waited for.
+func itemNames(times []itemTime, n int) []string {
 	out := []string{}
 	for _, t := range times[:min(n, len(times))] {
 		out = append(out, fmt.Sprintf("%s %.1f ms", t.it, durMS(t.took)))
