@@ -436,6 +436,10 @@ type stagedStats struct {
 	readBytes int64 // bytes read from the files, gaps included
 	// readBusy is the readers' time inside read calls, summed over readers.
 	readBusy time.Duration
+	// readIdle is the readers' time without a read under way, summed over
+	// readers, from the first read to the last copy's fence: waiting for
+	// the copy loop to hand them the next chunk and slot, and the end.
+	readIdle time.Duration
 	// readWait and fenceWait are the copy loop's time blocked on a read
 	// result and on a slot's copies; prepare is its time registering slots.
 	readWait, fenceWait, prepare time.Duration
@@ -447,7 +451,7 @@ func (st stagedStats) attrs() map[string]any {
 	if st.readBusy > 0 {
 		perReader = gbPerS(st.readBytes, st.readBusy)
 	}
-	return map[string]any{"read_busy_ms": durMS(st.readBusy), "read_gb_per_s_per_reader": perReader,
+	return map[string]any{"read_busy_ms": durMS(st.readBusy), "read_idle_ms": durMS(st.readIdle), "read_gb_per_s_per_reader": perReader,
 		trace.AttrReadWaitMS: durMS(st.readWait), trace.AttrCopyWaitMS: durMS(st.fenceWait), "slot_register_ms": durMS(st.prepare)}
 }
 
@@ -492,6 +496,7 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int
 	}
 	nslots := ring.slots()
 	readers = max(1, min(readers, nslots))
+	start := time.Now()
 	jobs := make(chan job)
 	results := make(chan done, nslots)
 	var wg sync.WaitGroup
@@ -601,6 +606,7 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int
 		}
 	}
 	st.fenceWait += time.Since(t)
+	st.readIdle = max(0, time.Duration(readers)*time.Since(start)-st.readBusy)
 	return st, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // lazyDMA is a dmaEngine that, like the copy engine, reads a slot only
@@ -149,12 +150,18 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 		for _, slots := range []int{1, 2, 5} {
 			ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
 			dma := newLazyDMA(dev)
+			t0 := time.Now()
 			st, err := runStaged(chunks, newChunkQueue(len(chunks), false), ring, readers, dma)
+			wall := time.Since(t0)
 			if err != nil {
 				t.Fatalf("readers %d slots %d: %v", readers, slots, err)
 			}
 			if st.chunks != len(chunks) {
 				t.Fatalf("uploaded %d chunks of %d", st.chunks, len(chunks))
+			}
+			// Each reader's time inside the run is either reading or idle.
+			if n := min(readers, slots); st.readIdle < 0 || st.readBusy+st.readIdle > time.Duration(n)*wall {
+				t.Fatalf("readers %d slots %d: busy %v + idle %v over %d readers in %v", readers, slots, st.readBusy, st.readIdle, n, wall)
 			}
 			for _, x := range ts {
 				want := data[x.file][x.off : x.off+x.n]
