@@ -118,8 +118,11 @@ const (
 	// another stage (decoder_tensor_upload) read the files.
 	AttrRead = "read"
 	// AttrReadWaitMS and AttrCopyWaitMS on a decoder_tensor_upload span
-	// split it: milliseconds the copy loop waited for file reads (disk or
-	// page cache) and for the device's copies.
+	// split it: milliseconds the copies waited for file reads (disk or
+	// page cache) and for the device's copies — the copy loop's waits, or,
+	// where each reader enqueues its own copies, the mean reader's time in
+	// reads and in waiting for its slots' copies. The names keep the copy
+	// loop's, which recorded sessions carry.
 	AttrReadWaitMS = "copy_loop_read_wait_ms"
 	AttrCopyWaitMS = "copy_loop_fence_wait_ms"
 )

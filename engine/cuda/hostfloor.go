@@ -168,7 +168,7 @@ func (p *pageCacheFile) readFloor(threads, n int, dur time.Duration, copy func()
 
 // RegisteredFileCopy is the copy engine reading a file's page-cache pages
 // in place: the resident file mapped read-only and cuMemHostRegister'd
-// (RegisterMS for its bytes), then host→device copies of 16 MiB pieces
+// (RegisterMS for its bytes), then host→device copies of slot-sized pieces
 // from the mapping, alone and beside Threads page-cache readers, with the
 // readers' rate meanwhile.
 type RegisteredFileCopy struct {

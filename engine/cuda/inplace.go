@@ -216,7 +216,7 @@ const inPlaceDepth = 3
 const defaultInPlaceUnitMB = 64
 
 // UploadInPlaceUnitEnv overrides the in-place copiers' unit (MiB, a
-// multiple of the 16 MiB chunk), for benchmarks.
+// multiple of the ring's slot, the chunk size), for benchmarks.
 const UploadInPlaceUnitEnv = "TRENI_CUDA_UPLOAD_INPLACE_MB"
 
 // inPlaceStats is what one or more in-place copiers did.

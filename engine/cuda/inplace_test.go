@@ -161,13 +161,14 @@ func TestUploadBothPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer maps.unmap()
-	for _, copiers := range []int{0, 1, 3} {
-		for _, readers := range []int{0, 1, 4} {
-			for _, unit := range []int{1, 2, 5} {
-				if copiers == 0 && (readers == 0 || unit > 1) {
+	for _, c := range [][2]int{{0, 1}, {0, 4}, {1, 0}, {1, 1}, {1, 4}, {3, 0}, {3, 1}, {3, 4}} {
+		copiers, readers := c[0], c[1]
+		for _, unit := range []int{1, 2, 5} {
+			for _, own := range []bool{false, true} {
+				if (copiers == 0 && unit > 1) || (readers == 0 && own) {
 					continue
 				}
-				what := fmt.Sprintf("%d readers, %d copiers, units of %d chunks", readers, copiers, unit)
+				what := fmt.Sprintf("%d readers (own copies %v), %d copiers, units of %d chunks", readers, own, copiers, unit)
 				dev := make([]byte, fx.devSize)
 				q := newChunkQueue(len(fx.chunks), readers > 0) // held until the ring is page-locked
 				dma := newLazyDMA(0)
@@ -183,12 +184,17 @@ func TestUploadBothPaths(t *testing.T) {
 						defer wg.Done()
 						e := newLazyInPlace(regs, dev)
 						if readers > 0 {
-							// Every slot of the ring is used (the fixture has
-							// more chunks than slots), so the back end opens
-							// only once all are page-locked.
+							// Every slot of the ring in use is filled (the
+							// fixture has more chunks than slots), so the back
+							// end opens only once all are page-locked.
+							// With own copies, a slot for each reader.
+							used := int32(slots)
+							if own {
+								used = int32(min(readers, slots))
+							}
 							e.before = func() error {
-								if n := dma.nPrepared.Load(); n != slots {
-									return fmt.Errorf("registered beside the ring's registration: %d of %d slots prepared", n, slots)
+								if n := dma.nPrepared.Load(); n != used {
+									return fmt.Errorf("registered beside the ring's registration: %d of %d slots prepared", n, used)
 								}
 								return nil
 							}
@@ -199,7 +205,9 @@ func TestUploadBothPaths(t *testing.T) {
 				var st stagedStats
 				if readers > 0 {
 					ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
-					st, err = runStaged(fx.chunks, q, ring, readers, dma)
+					// A slot a reader: every slot is used with own copies too.
+					feed := readerFeed{readers: readers, perReader: 1, ownCopies: own, thread: goThread}
+					st, err = runStaged(fx.chunks, q, ring, feed, dma)
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}

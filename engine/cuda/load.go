@@ -94,7 +94,7 @@ func Start(opts BackendOptions) (*Starter, error) {
 			return
 		}
 		t := time.Now()
-		r, err := newStagingRing(up.readers+stagingSlack, stagingSlotBytes)
+		r, err := newStagingRing(up.ringSlots(), up.slotMB<<20)
 		s.ring <- ringResult{r, err, msSince(t)}
 	}()
 	go func() { s.initErr <- b.r.Do(context.Background(), b.initCUDA) }()
@@ -263,7 +263,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 	)
 	up := s.up
 	if ring != nil {
-		up.readers = min(up.readers, ring.slots()-stagingSlack)
+		up.readers = up.ringReaders(ring.slots())
 	}
 	join := func() error {
 		if upDone == nil {
@@ -308,12 +308,18 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 			var err error
 			if up.readers > 0 {
 				var dma *cudaDMA
-				if dma, err = newCudaDMA(b.c, ring); err != nil {
+				streams := 2 // the copy loop alternates between two
+				if up.ownCopies {
+					streams = up.readers // a stream a reader
+				}
+				if dma, err = newCudaDMA(b.c, ring, streams); err != nil {
 					q.close()
 					return errors.Join(err, inDone())
 				}
 				b.staging.dma = dma // build reads it only after join
-				staged, err = runStaged(chunks, q, ring, up.readers, dma)
+				feed := readerFeed{readers: up.readers, perReader: up.perReader, ownCopies: up.ownCopies,
+					thread: func(f func() error) <-chan error { return contextThread(b.c, "upload reader", f) }}
+				staged, err = runStaged(chunks, q, ring, feed, dma)
 				st.registered = dma.allRegistered()
 			} else {
 				st.registered = true
@@ -363,6 +369,11 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		attrs["readers"] = up.readers
 		attrs["staging_bytes"] = len(ring.mem)
 		attrs["staging_alloc_ms"] = rr.ms
+		attrs["slot_mb"] = ring.slotBytes >> 20
+		attrs["copies_by"] = map[bool]string{true: "readers", false: "copy loop"}[up.ownCopies]
+		if d := b.staging.dma; d != nil {
+			attrs["streams"] = len(d.streams)
+		}
 		for k, v := range staged.attrs() {
 			attrs[k] = v
 		}

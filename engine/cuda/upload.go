@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -45,11 +46,15 @@ const (
 // benchmarks can compare the two paths on one binary.
 const UploadEnv = "TRENI_CUDA_UPLOAD"
 
-// Staging ring geometry. 16 MiB slots keep the per-copy overhead (~10 µs)
-// under 1% at 55 GB/s; the ring holds a slot per reader plus enough filled
-// slots to keep the copy engine busy while readers refill.
+// Staging ring geometry: the default slot size (uploadConfig.slotMB), and
+// with one copy loop (stageCopyLoop) the slots beyond one per reader that
+// keep the copy engine busy while readers refill. With readers that
+// enqueue their own copies, two slots of 8 MiB each uploaded the 4B- and
+// 0.6B-shaped checkpoints as fast as two of 16 MiB or three of 8 on the
+// lent H100 (within the spread; docs/BENCHMARKS.md), with a ring of
+// 224 MiB instead of 448 to fault in and page-lock.
 const (
-	stagingSlotBytes = 16 << 20
+	stagingSlotBytes = 8 << 20
 	stagingSlack     = 6
 	// maxReadGap is the largest stretch of a file between two wanted
 	// tensors that a chunk reads through rather than starting a new chunk
@@ -82,6 +87,31 @@ type uploadConfig struct {
 	// populate has the copiers' mappings populated while the driver
 	// initialises (prefault, inplace.go); only with in-place copiers.
 	populate bool
+	// ownCopies has each reader enqueue its own chunks' copies, on a
+	// stream of its own, alternating between perReader slots of its own
+	// (stageOwnCopies); otherwise one copy loop enqueues every copy and
+	// hands the readers their chunks (stageCopyLoop). slotMB is the ring's
+	// slot size.
+	ownCopies         bool
+	perReader, slotMB int
+}
+
+// ringSlots is how many slots the staging ring needs for this config.
+func (u uploadConfig) ringSlots() int {
+	if u.ownCopies {
+		// A reader's worth at least: the one the in-place copiers fall
+		// back to when they cannot map the files.
+		return max(1, u.readers) * u.perReader
+	}
+	return u.readers + stagingSlack
+}
+
+// ringReaders is how many readers a ring of n slots serves.
+func (u uploadConfig) ringReaders(n int) int {
+	if u.ownCopies {
+		return min(u.readers, n/max(1, u.perReader))
+	}
+	return min(u.readers, n-stagingSlack)
 }
 
 // UploadReadersEnv and UploadInPlaceEnv override the staged upload's
@@ -93,6 +123,16 @@ type uploadConfig struct {
 const (
 	UploadReadersEnv = "TRENI_CUDA_UPLOAD_READERS"
 	UploadInPlaceEnv = "TRENI_CUDA_UPLOAD_INPLACE"
+)
+
+// UploadFeedEnv chooses who enqueues the staged upload's copies: "reader"
+// (each reader its own; the default) or "loop" (one copy loop beside the
+// readers); UploadSlotsEnv the slots each reader alternates between (with
+// "reader") and UploadSlotEnv the slot size in MiB. Warm or cold.
+const (
+	UploadFeedEnv  = "TRENI_CUDA_UPLOAD_FEED"
+	UploadSlotsEnv = "TRENI_CUDA_UPLOAD_SLOTS_PER_READER"
+	UploadSlotEnv  = "TRENI_CUDA_UPLOAD_SLOT_MB"
 )
 
 // defaultUploadConfig: from a warm page cache one reader copies at
@@ -114,14 +154,16 @@ const (
 // short session ends; and on the 1.2 GB checkpoint they lost
 // (docs/BENCHMARKS.md).
 func defaultUploadConfig(cold bool) uploadConfig {
+	u := uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true,
+		ownCopies: true, perReader: 2, slotMB: stagingSlotBytes >> 20}
 	if cold {
-		return uploadConfig{readers: coldReaders, unitMB: defaultInPlaceUnitMB}
+		u.readers, u.populate = coldReaders, false
 	}
-	return uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true}
+	return u
 }
 
 // maxReaders is the most readers a warm upload runs by default (the ring
-// holds a slot for each, plus stagingSlack).
+// holds perReader slots for each; ringSlots).
 func maxReaders() int { return min(16, max(4, runtime.NumCPU()-2)) }
 
 const coldReaders = 8
@@ -131,24 +173,42 @@ const coldReaders = 8
 // reader count take two readers' cores each.
 func resolveUploadConfig(cold bool) (uploadConfig, error) {
 	t := defaultUploadConfig(cold)
-	if cold {
-		return t, nil
-	}
-	for _, o := range []struct {
+	type count struct {
 		env         string
 		v           *int
 		lo, hi, mul int
-	}{{UploadReadersEnv, &t.readers, 0, 64, 1}, {UploadInPlaceEnv, &t.inPlace, 0, 16, 1},
-		{UploadInPlaceUnitEnv, &t.unitMB, stagingSlotBytes >> 20, 4096, stagingSlotBytes >> 20}} {
-		s := os.Getenv(o.env)
-		if s == "" {
-			continue
+	}
+	counts := func(cs ...count) error {
+		for _, o := range cs {
+			s := os.Getenv(o.env)
+			if s == "" {
+				continue
+			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < o.lo || n > o.hi || n%o.mul != 0 {
+				return fmt.Errorf("cuda: %s=%q is not a count from %d to %d in steps of %d", o.env, s, o.lo, o.hi, o.mul)
+			}
+			*o.v = n
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < o.lo || n > o.hi || n%o.mul != 0 {
-			return t, fmt.Errorf("cuda: %s=%q is not a count from %d to %d in steps of %d", o.env, s, o.lo, o.hi, o.mul)
-		}
-		*o.v = n
+		return nil
+	}
+	// The ring's shape, warm or cold.
+	if err := counts(count{UploadSlotEnv, &t.slotMB, 1, 256, 1}, count{UploadSlotsEnv, &t.perReader, 1, 8, 1}); err != nil {
+		return t, err
+	}
+	switch v := os.Getenv(UploadFeedEnv); v {
+	case "", "reader", "loop":
+		t.ownCopies = v != "loop"
+	default:
+		return t, fmt.Errorf("cuda: %s=%q is not reader or loop", UploadFeedEnv, v)
+	}
+	if cold {
+		return t, nil
+	}
+	t.unitMB = max(1, t.unitMB/t.slotMB) * t.slotMB // a whole number of slots
+	if err := counts(count{UploadReadersEnv, &t.readers, 0, 64, 1}, count{UploadInPlaceEnv, &t.inPlace, 0, 16, 1},
+		count{UploadInPlaceUnitEnv, &t.unitMB, t.slotMB, 4096, t.slotMB}); err != nil {
+		return t, err
 	}
 	if t.inPlace > 0 && os.Getenv(UploadReadersEnv) == "" {
 		t.readers = max(4, t.readers-2*t.inPlace)
@@ -441,7 +501,9 @@ type stagedStats struct {
 	// the copy loop to hand them the next chunk and slot, and the end.
 	readIdle time.Duration
 	// readWait and fenceWait are the copy loop's time blocked on a read
-	// result and on a slot's copies; prepare is its time registering slots.
+	// result and on a slot's copies; prepare is its time registering slots
+	// (with readers that copy their own chunks, the mean reader's time
+	// reading, waiting for its slots' copies and registering them).
 	readWait, fenceWait, prepare time.Duration
 }
 
@@ -456,13 +518,14 @@ func (st stagedStats) attrs() map[string]any {
 }
 
 // runStaged takes chunks from the front of q until it is empty, reads each
-// into the ring with up to readers goroutines and hands each filled slot
-// to dma, alternating streams; a slot is reused only after its fence has
-// been waited for. It opens q's back end once every slot is prepared, or
-// when it returns. It returns when every copy has been fenced and waited
-// for, or at the first error (after the readers have stopped, and after
-// closing q so that the in-place copiers stop too).
-func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int, dma dmaEngine) (st stagedStats, err error) {
+// into the ring with up to feed.readers readers and hands each filled slot
+// to dma (the readers themselves, or one copy loop: readerFeed); a slot is
+// reused only after its fence has been waited for. It opens q's back end
+// once every slot in use is prepared, or when it returns. It returns when
+// every copy has been fenced and waited for, or at the first error (after
+// the readers have stopped, and after closing q so that the in-place
+// copiers stop too).
+func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, feed readerFeed, dma dmaEngine) (st stagedStats, err error) {
 	defer func() {
 		if err != nil {
 			q.close()
@@ -488,6 +551,138 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int
 		}
 		files[c.file] = f
 	}
+	read := func(c readChunk, dst []byte) error {
+		if _, err := files[c.file].ReadAt(dst, c.off); err != nil {
+			return fmt.Errorf("read %s at %d (%d bytes): %w", c.file, c.off, c.n, err)
+		}
+		return nil
+	}
+	if feed.ownCopies {
+		return stageOwnCopies(chunks, q, ring, feed, read, dma)
+	}
+	return stageCopyLoop(chunks, q, ring, feed.readers, read, dma)
+}
+
+// readerFeed is how the staged upload's readers are fed and who copies
+// what they read: with ownCopies each of readers enqueues its own chunks'
+// copies (stageOwnCopies), alternating between perReader slots of its own,
+// on a thread that thread starts (one where the context is current;
+// contextThread); otherwise one copy loop does (stageCopyLoop).
+type readerFeed struct {
+	readers, perReader int
+	ownCopies          bool
+	thread             func(f func() error) <-chan error
+}
+
+// stageOwnCopies: every reader reads a chunk into one of its slots,
+// enqueues that chunk's copies on its own stream and fences the slot, then
+// takes the next chunk into its next slot, waiting first for that slot's
+// previous copies. No thread stands between a read and its copy. With one
+// copy loop beside the readers (stageCopyLoop), on the lent H100 the copy
+// engine sat idle 18% of the 4B upload in gaps between copies while the
+// readers, ~15% of their time, waited for the loop to hand them their next
+// chunk (docs/BENCHMARKS.md). The slots are page-locked by their readers
+// at first use.
+func stageOwnCopies(chunks []readChunk, q *chunkQueue, ring *stagingRing, feed readerFeed, read func(readChunk, []byte) error, dma dmaEngine) (stagedStats, error) {
+	per := max(1, min(feed.perReader, ring.slots()))
+	readers := max(1, min(feed.readers, ring.slots()/per))
+	var unprepared atomic.Int32
+	unprepared.Store(int32(readers * per))
+	var failed atomic.Bool // the first error stops the other readers
+	stats := make([]stagedStats, readers)
+	done := make([]<-chan error, readers)
+	start := time.Now()
+	for r := range readers {
+		st := &stats[r]
+		done[r] = feed.thread(func() (err error) {
+			defer func() {
+				if err != nil {
+					failed.Store(true)
+				}
+			}()
+			filled := make([]bool, per)
+			for n := 0; !failed.Load(); n++ {
+				i, ok := q.takeFront()
+				if !ok {
+					break
+				}
+				k := n % per
+				slot := r*per + k
+				if filled[k] {
+					t := time.Now()
+					if err := dma.wait(slot); err != nil {
+						return err
+					}
+					st.fenceWait += time.Since(t)
+				}
+				c := chunks[i]
+				buf := ring.slot(slot)
+				t := time.Now()
+				if err := read(c, buf[:c.n]); err != nil {
+					return err
+				}
+				st.readBusy += time.Since(t)
+				if !filled[k] {
+					t := time.Now()
+					if err := dma.prepare(slot); err != nil {
+						return err
+					}
+					st.prepare += time.Since(t)
+					if unprepared.Add(-1) == 0 {
+						q.openBack()
+					}
+				}
+				for _, p := range c.pieces {
+					if err := dma.copy(r, p.dst, buf[p.at:p.at+p.n]); err != nil {
+						return fmt.Errorf("upload weights: %w", err)
+					}
+				}
+				if err := dma.fence(slot, r); err != nil {
+					return err
+				}
+				filled[k] = true
+				st.chunks++
+				st.readBytes += int64(c.n)
+			}
+			// This reader's last copies, before its slots may be unmapped.
+			t := time.Now()
+			for k, f := range filled {
+				if f {
+					if err := dma.wait(r*per + k); err != nil {
+						return err
+					}
+				}
+			}
+			st.fenceWait += time.Since(t)
+			return nil
+		})
+	}
+	var errs []error
+	for _, d := range done {
+		errs = append(errs, <-d)
+	}
+	var st stagedStats
+	for _, s := range stats {
+		st.chunks += s.chunks
+		st.readBytes += s.readBytes
+		st.readBusy += s.readBusy
+		st.fenceWait += s.fenceWait
+		st.prepare += s.prepare
+	}
+	st.readIdle = max(0, time.Duration(readers)*time.Since(start)-st.readBusy)
+	// The upload's split as the copy loop's was, in wall-clock time: the
+	// mean reader's time in reads (what the copies waited for: a cold
+	// page cache shows here), in waiting for its slots' copies, and in
+	// page-locking them.
+	n := time.Duration(readers)
+	st.readWait, st.fenceWait, st.prepare = st.readBusy/n, st.fenceWait/n, st.prepare/n
+	return st, errors.Join(errs...)
+}
+
+// stageCopyLoop: one copy loop hands each reader its next chunk and a
+// slot, enqueues the copies of what they read on two streams, and waits
+// for the oldest copies when no slot is free (UploadFeedEnv=loop).
+func stageCopyLoop(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int, read func(readChunk, []byte) error, dma dmaEngine) (st stagedStats, err error) {
 	type job struct{ chunk, slot int }
 	type done struct {
 		job
@@ -507,10 +702,7 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int
 			for j := range jobs {
 				c := chunks[j.chunk]
 				t := time.Now()
-				_, err := files[c.file].ReadAt(ring.slot(j.slot)[:c.n], c.off)
-				if err != nil {
-					err = fmt.Errorf("read %s at %d (%d bytes): %w", c.file, c.off, c.n, err)
-				}
+				err := read(c, ring.slot(j.slot)[:c.n])
 				results <- done{j, err, time.Since(t)}
 			}
 		}()
@@ -614,24 +806,27 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers int
 // slot, page-locking each slot of the ring on its first use. Its methods
 // run on the thread where the context is current.
 type cudaDMA struct {
-	c          *Context
-	ring       *stagingRing
-	streams    [2]*Stream
-	events     []*Event
-	registered []bool
-	tried, ok  int // slots prepared, and those page-locked
+	c       *Context
+	ring    *stagingRing
+	streams []*Stream
+	events  []*Event
+	// prepared and registered: each slot's, written only by the thread
+	// that fills the slot (slots are not shared between readers).
+	prepared, registered []bool
 }
 
-func newCudaDMA(c *Context, ring *stagingRing) (*cudaDMA, error) {
+// newCudaDMA makes the engine's streams (at least two) and an event per
+// slot of the ring.
+func newCudaDMA(c *Context, ring *stagingRing, streams int) (*cudaDMA, error) {
 	slots := ring.slots()
-	d := &cudaDMA{c: c, ring: ring, registered: make([]bool, slots)}
-	for i := range d.streams {
+	d := &cudaDMA{c: c, ring: ring, prepared: make([]bool, slots), registered: make([]bool, slots)}
+	for range max(2, streams) {
 		s, err := c.NewStream()
 		if err != nil {
 			d.destroy()
 			return nil, err
 		}
-		d.streams[i] = s
+		d.streams = append(d.streams, s)
 	}
 	for i := 0; i < slots; i++ {
 		e, err := c.NewEvent()
@@ -650,15 +845,20 @@ func newCudaDMA(c *Context, ring *stagingRing) (*cudaDMA, error) {
 func (d *cudaDMA) prepare(slot int) error {
 	b := d.ring.slot(slot)
 	d.registered[slot] = d.c.HostRegister(unsafe.Pointer(&b[0]), len(b), false) == nil
-	d.tried++
-	if d.registered[slot] {
-		d.ok++
-	}
+	d.prepared[slot] = true
 	return nil
 }
 
-// allRegistered reports whether every slot used was page-locked.
-func (d *cudaDMA) allRegistered() bool { return d.ok == d.tried }
+// allRegistered reports whether every slot used was page-locked (once
+// the upload's threads are done).
+func (d *cudaDMA) allRegistered() bool {
+	for i, p := range d.prepared {
+		if p && !d.registered[i] {
+			return false
+		}
+	}
+	return true
+}
 
 func (d *cudaDMA) copy(stream int, dst DevicePtr, src []byte) error {
 	return d.streams[stream].CopyHtoDAsync(dst, unsafe.Pointer(&src[0]), len(src))
@@ -677,14 +877,12 @@ func (d *cudaDMA) destroy() {
 // and events together, then one page-locked slot at a time — and says
 // whether there was one.
 func (d *cudaDMA) releaseNext() bool {
-	if d.streams != [2]*Stream{} || d.events != nil {
-		for i, s := range d.streams {
-			if s != nil {
-				s.Synchronize()
-				s.Destroy()
-				d.streams[i] = nil
-			}
+	if d.streams != nil || d.events != nil {
+		for _, s := range d.streams {
+			s.Synchronize()
+			s.Destroy()
 		}
+		d.streams = nil
 		for _, e := range d.events {
 			e.Destroy()
 		}
@@ -705,7 +903,7 @@ func (d *cudaDMA) releaseNext() bool {
 // pieces is how many releaseNext calls release the engine.
 func (d *cudaDMA) pieces() int {
 	n := 0
-	if d.streams != [2]*Stream{} || d.events != nil {
+	if d.streams != nil || d.events != nil {
 		n++
 	}
 	for _, r := range d.registered {

@@ -54,26 +54,30 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		}
 		// The in-place copiers alone (no reader: every chunk registered
 		// in place and copied from the page cache), and beside readers
-		// with their mappings populated ahead.
-		newWith := func(readers, copiers, populate string) *Backend {
-			t.Setenv(UploadReadersEnv, readers)
-			t.Setenv(UploadInPlaceEnv, copiers)
-			t.Setenv(UploadPopulateEnv, populate)
-			defer t.Setenv(UploadReadersEnv, "")
-			defer t.Setenv(UploadInPlaceEnv, "")
-			defer t.Setenv(UploadPopulateEnv, "")
+		// with their mappings populated ahead; the readers' copies
+		// enqueued by one copy loop; three readers with three 1 MiB slots
+		// each, so that every slot is refilled many times.
+		newWith := func(env ...string) *Backend {
+			for i := 0; i < len(env); i += 2 {
+				t.Setenv(env[i], env[i+1])
+				defer t.Setenv(env[i], "")
+			}
 			b, err := NewBackend(ck, BackendOptions{NumBlocks: 64, BlockSize: 16, Upload: UploadStaged, NoLoadWarmup: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
 		}
-		inPlace, both := newWith("0", "2", "0"), newWith("4", "2", "1")
+		inPlace := newWith(UploadReadersEnv, "0", UploadInPlaceEnv, "2", UploadPopulateEnv, "0")
+		both := newWith(UploadReadersEnv, "4", UploadInPlaceEnv, "2", UploadPopulateEnv, "1")
+		loop := newWith(UploadFeedEnv, "loop")
+		small := newWith(UploadReadersEnv, "3", UploadSlotsEnv, "3", UploadSlotEnv, "1")
 		wm := deviceWeights(t, mapped)
 		for _, o := range []struct {
 			what string
 			b    *Backend
-		}{{"staged", staged}, {"in-place", inPlace}, {"readers and in-place", both}} {
+		}{{"staged", staged}, {"in-place", inPlace}, {"readers and in-place", both},
+			{"copies by one loop", loop}, {"3 readers, 3 slots of 1 MiB each", small}} {
 			if w := deviceWeights(t, o.b); !bytes.Equal(w, wm) {
 				n := 0
 				for i := range w {
@@ -87,6 +91,23 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		for _, s := range both.Stages() {
 			if _, ok := s.Attrs["inplace_populated_gb"]; s.Stage == trace.StageDecoderTensorUpload && !ok {
 				t.Errorf("%s: the copiers' mappings were not populated ahead: %v", preset, s.Attrs)
+			}
+		}
+		for _, o := range []struct {
+			b       *Backend
+			by      string
+			slotMB  int
+			readers int
+			streams int
+		}{{staged, "readers", stagingSlotBytes >> 20, 0, 0}, {loop, "copy loop", stagingSlotBytes >> 20, 0, 2}, {small, "readers", 1, 3, 3}} {
+			for _, s := range o.b.Stages() {
+				if s.Stage != trace.StageDecoderTensorUpload {
+					continue
+				}
+				if s.Attrs["copies_by"] != o.by || s.Attrs["slot_mb"] != o.slotMB || s.Attrs["registered"] != true ||
+					(o.streams > 0 && s.Attrs["streams"] != o.streams) || (o.readers > 0 && s.Attrs["readers"] != o.readers) {
+					t.Errorf("%s: upload attrs %v, want copies by %s, %d MiB slots, %d readers on %d streams", preset, s.Attrs, o.by, o.slotMB, o.readers, o.streams)
+				}
 			}
 		}
 		for _, s := range inPlace.Stages() {
@@ -121,14 +142,14 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		if warm.Attrs["concurrent_with_upload"] != true {
 			t.Errorf("%s: the load warm-up did not run beside the upload: %v", preset, warm.Attrs)
 		}
-		for _, b := range []*Backend{staged, mapped, inPlace, both} {
+		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small} {
 			bytes, gbps := b.UploadStats()
 			t.Logf("UPLOAD %s %s: %d bytes at %.2f GB/s", preset, b.opts.Upload, bytes, gbps)
 			for _, s := range b.Stages() {
 				t.Logf("STAGE %s %s %-22s %8.2f ms %v", preset, b.opts.Upload, s.Stage, float64(s.End.Sub(s.Start).Microseconds())/1000, s.Attrs)
 			}
 		}
-		for _, b := range []*Backend{staged, mapped, inPlace, both} {
+		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small} {
 			if err := b.Close(); err != nil {
 				t.Errorf("%s: close: %v", preset, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,11 +18,13 @@ import (
 // after the copy was enqueued: copies are queued per slot and performed
 // when the slot's fence is waited for. A pipeline that refills a slot
 // before waiting for its fence therefore uploads the refill's bytes, and
-// the comparison with the file fails.
+// the comparison with the file fails. Several threads may use it at once
+// (readers that enqueue their own copies, each on a stream of its own).
 type lazyDMA struct {
+	mu      sync.Mutex
 	dev     []byte
 	queued  map[int][]func() // slot → copies fenced on it
-	pending []func()         // copies not yet fenced
+	pending map[int][]func() // stream → copies not yet fenced
 	fenced  map[int]bool
 	// prepared slots; a copy fenced on an unprepared one fails.
 	prepared map[int]bool
@@ -29,13 +32,17 @@ type lazyDMA struct {
 	nPrepared atomic.Int32
 	failAt    int // copy number that fails (0: none)
 	copies    int
+	streams   map[int]bool // the streams copied on
 }
 
 func newLazyDMA(size int) *lazyDMA {
-	return &lazyDMA{dev: make([]byte, size), queued: map[int][]func(){}, fenced: map[int]bool{}, prepared: map[int]bool{}}
+	return &lazyDMA{dev: make([]byte, size), queued: map[int][]func(){}, pending: map[int][]func(){},
+		fenced: map[int]bool{}, prepared: map[int]bool{}, streams: map[int]bool{}}
 }
 
 func (d *lazyDMA) prepare(slot int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.prepared[slot] {
 		return fmt.Errorf("slot %d prepared twice", slot)
 	}
@@ -45,35 +52,50 @@ func (d *lazyDMA) prepare(slot int) error {
 }
 
 func (d *lazyDMA) copy(stream int, dst DevicePtr, src []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.copies++
 	if d.failAt > 0 && d.copies == d.failAt {
 		return errors.New("injected copy failure")
 	}
-	if stream != 0 && stream != 1 {
+	if stream < 0 {
 		return fmt.Errorf("stream %d", stream)
 	}
-	d.pending = append(d.pending, func() { copy(d.dev[dst:], src) })
+	d.streams[stream] = true
+	d.pending[stream] = append(d.pending[stream], func() { copy(d.dev[dst:], src) })
 	return nil
 }
 
 func (d *lazyDMA) fence(slot, stream int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.fenced[slot] {
 		return fmt.Errorf("slot %d fenced twice without a wait: it was refilled while its copies were in flight", slot)
 	}
 	if !d.prepared[slot] {
 		return fmt.Errorf("slot %d copied from before it was prepared (page-locked)", slot)
 	}
-	d.queued[slot], d.pending, d.fenced[slot] = d.pending, nil, true
+	d.queued[slot], d.fenced[slot] = d.pending[stream], true
+	delete(d.pending, stream)
 	return nil
 }
 
 func (d *lazyDMA) wait(slot int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, f := range d.queued[slot] {
 		f()
 	}
 	delete(d.queued, slot)
 	d.fenced[slot] = false
 	return nil
+}
+
+// goThread runs f on a goroutine of its own: readerFeed.thread for tests.
+func goThread(f func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- f() }()
+	return c
 }
 
 // writeWeights writes a file of n random bytes and returns them.
@@ -146,27 +168,52 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 	if covered != total {
 		t.Fatalf("pieces cover %d bytes, tensors hold %d", covered, total)
 	}
-	for _, readers := range []int{1, 3, 8} {
-		for _, slots := range []int{1, 2, 5} {
-			ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
-			dma := newLazyDMA(dev)
-			t0 := time.Now()
-			st, err := runStaged(chunks, newChunkQueue(len(chunks), false), ring, readers, dma)
-			wall := time.Since(t0)
-			if err != nil {
-				t.Fatalf("readers %d slots %d: %v", readers, slots, err)
-			}
-			if st.chunks != len(chunks) {
-				t.Fatalf("uploaded %d chunks of %d", st.chunks, len(chunks))
-			}
-			// Each reader's time inside the run is either reading or idle.
-			if n := min(readers, slots); st.readIdle < 0 || st.readBusy+st.readIdle > time.Duration(n)*wall {
-				t.Fatalf("readers %d slots %d: busy %v + idle %v over %d readers in %v", readers, slots, st.readBusy, st.readIdle, n, wall)
-			}
-			for _, x := range ts {
-				want := data[x.file][x.off : x.off+x.n]
-				if got := dma.dev[x.devOff : x.devOff+x.n]; !bytes.Equal(got, want) {
-					t.Fatalf("readers %d slots %d: tensor %q arrived corrupted", readers, slots, x.comment)
+	// Both feeds: the copy loop, and readers that copy their own chunks
+	// with one to three slots each (the readers that run are those the
+	// ring has slots for).
+	for _, own := range []bool{false, true} {
+		for _, readers := range []int{1, 3, 8} {
+			for _, slots := range []int{1, 2, 5} {
+				for _, per := range []int{1, 2, 3} {
+					if !own && per > 1 {
+						continue
+					}
+					ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
+					dma := newLazyDMA(dev)
+					feed := readerFeed{readers: readers, perReader: per, ownCopies: own, thread: goThread}
+					run := fmt.Sprintf("own copies %v, readers %d, slots %d (%d each)", own, readers, slots, per)
+					t0 := time.Now()
+					st, err := runStaged(chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
+					wall := time.Since(t0)
+					if err != nil {
+						t.Fatalf("%s: %v", run, err)
+					}
+					if st.chunks != len(chunks) || len(dma.queued) != 0 || len(dma.pending) != 0 {
+						t.Fatalf("%s: uploaded %d chunks of %d; %d slots' copies never waited for, %d streams' never fenced",
+							run, st.chunks, len(chunks), len(dma.queued), len(dma.pending))
+					}
+					// Each reader's time inside the run is either reading
+					// or idle.
+					n := min(readers, slots)
+					if own {
+						n = max(1, min(readers, slots/min(per, slots)))
+						if len(dma.streams) > n {
+							t.Fatalf("%s: copies on %d streams, %d readers", run, len(dma.streams), n)
+						}
+						// The wall-clock split is the mean reader's.
+						if st.readWait != st.readBusy/time.Duration(n) {
+							t.Fatalf("%s: read wait %v, busy %v over %d readers", run, st.readWait, st.readBusy, n)
+						}
+					}
+					if st.readIdle < 0 || st.readBusy+st.readIdle > time.Duration(n)*wall {
+						t.Fatalf("%s: busy %v + idle %v over %d readers in %v", run, st.readBusy, st.readIdle, n, wall)
+					}
+					for _, x := range ts {
+						want := data[x.file][x.off : x.off+x.n]
+						if got := dma.dev[x.devOff : x.devOff+x.n]; !bytes.Equal(got, want) {
+							t.Fatalf("%s: tensor %q arrived corrupted", run, x.comment)
+						}
+					}
 				}
 			}
 		}
@@ -201,27 +248,29 @@ func TestStagedUploadErrors(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.safetensors")
 	writeWeights(t, path, 10000, 3)
-	jobs := []copyJob{{file: path, off: 0, n: 20000, dst: 0}}
 	ring := &stagingRing{mem: make([]byte, 4*4096), slotBytes: 4096}
-	_, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, newLazyDMA(20000))
-	if err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("truncated file: %v", err)
-	}
-	jobs = []copyJob{{file: path, off: 0, n: 10000, dst: 0}}
-	dma := newLazyDMA(10000)
-	dma.failAt = 2
-	if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, dma); err == nil || !strings.Contains(err.Error(), "injected") {
-		t.Fatalf("copy failure: %v", err)
-	}
-	jobs = []copyJob{{file: filepath.Join(dir, "missing"), off: 0, n: 10, dst: 0}}
-	if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, 2, newLazyDMA(10)); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Fatalf("missing file: %v", err)
+	for _, feed := range []readerFeed{{readers: 2}, {readers: 2, perReader: 2, ownCopies: true, thread: goThread}} {
+		jobs := []copyJob{{file: path, off: 0, n: 20000, dst: 0}}
+		_, err := runStaged1(planChunks(jobs, 4096, 4096), ring, feed, newLazyDMA(20000))
+		if err == nil || !strings.Contains(err.Error(), path) {
+			t.Fatalf("own copies %v: truncated file: %v", feed.ownCopies, err)
+		}
+		jobs = []copyJob{{file: path, off: 0, n: 10000, dst: 0}}
+		dma := newLazyDMA(10000)
+		dma.failAt = 2
+		if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, feed, dma); err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("own copies %v: copy failure: %v", feed.ownCopies, err)
+		}
+		jobs = []copyJob{{file: filepath.Join(dir, "missing"), off: 0, n: 10, dst: 0}}
+		if _, err := runStaged1(planChunks(jobs, 4096, 4096), ring, feed, newLazyDMA(10)); err == nil || !strings.Contains(err.Error(), "missing") {
+			t.Fatalf("own copies %v: missing file: %v", feed.ownCopies, err)
+		}
 	}
 }
 
 // runStaged1 runs the staged path alone over every chunk.
-func runStaged1(chunks []readChunk, ring *stagingRing, readers int, dma dmaEngine) (stagedStats, error) {
-	return runStaged(chunks, newChunkQueue(len(chunks), false), ring, readers, dma)
+func runStaged1(chunks []readChunk, ring *stagingRing, feed readerFeed, dma dmaEngine) (stagedStats, error) {
+	return runStaged(chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
 }
 
 // TestPlanChunksAligned: with a page as align, every chunk starts on a
@@ -338,11 +387,37 @@ func TestReleaseStaging(t *testing.T) {
 // leaves no thread, and a cold page cache keeps its readers and runs no
 // copier whatever the environment says.
 func TestUploadConfig(t *testing.T) {
-	for _, e := range []string{UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv} {
+	for _, e := range []string{UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv, UploadFeedEnv, UploadSlotsEnv, UploadSlotEnv} {
 		t.Setenv(e, "")
 	}
-	if c, err := resolveUploadConfig(false); err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate {
+	c, err := resolveUploadConfig(false)
+	if err != nil || c.readers != maxReaders() || c.inPlace != 0 || c.populate || !c.ownCopies || c.perReader != 2 || c.slotMB != stagingSlotBytes>>20 {
 		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	if c.ringSlots() != 2*maxReaders() || c.ringReaders(c.ringSlots()) != maxReaders() || c.ringReaders(5) != 2 {
+		t.Fatalf("ring of %d slots; %d readers on it, %d on 5", c.ringSlots(), c.ringReaders(c.ringSlots()), c.ringReaders(5))
+	}
+	// The ring's shape applies warm and cold; the copiers' unit stays a
+	// whole number of slots.
+	t.Setenv(UploadFeedEnv, "loop")
+	t.Setenv(UploadSlotsEnv, "3")
+	t.Setenv(UploadSlotEnv, "24")
+	for _, cold := range []bool{false, true} {
+		c, err := resolveUploadConfig(cold)
+		if err != nil || c.ownCopies || c.perReader != 3 || c.slotMB != 24 || c.ringSlots() != c.readers+stagingSlack || (!cold && c.unitMB != 48) {
+			t.Fatalf("loop feed, 24 MiB slots (cold %v): %+v %v", cold, c, err)
+		}
+	}
+	for _, bad := range [][3]string{{"loops", "", ""}, {"", "0", ""}, {"", "9", ""}, {"", "", "0"}, {"", "", "257"}} {
+		t.Setenv(UploadFeedEnv, bad[0])
+		t.Setenv(UploadSlotsEnv, bad[1])
+		t.Setenv(UploadSlotEnv, bad[2])
+		if _, err := resolveUploadConfig(true); err == nil || !strings.Contains(err.Error(), "TRENI_CUDA_UPLOAD_") {
+			t.Fatalf("feed %q, slots a reader %q, slot MiB %q: %v", bad[0], bad[1], bad[2], err)
+		}
+	}
+	for _, e := range []string{UploadFeedEnv, UploadSlotsEnv, UploadSlotEnv} {
+		t.Setenv(e, "")
 	}
 	t.Setenv(UploadInPlaceEnv, "2")
 	if c, err := resolveUploadConfig(false); err != nil || c.readers != max(4, maxReaders()-4) || c.inPlace != 2 || c.unitMB != defaultInPlaceUnitMB || !c.populate {
@@ -365,13 +440,14 @@ func TestUploadConfig(t *testing.T) {
 	t.Setenv(UploadReadersEnv, "0")
 	t.Setenv(UploadInPlaceEnv, "3")
 	t.Setenv(UploadInPlaceUnitEnv, "256")
-	if c, err := resolveUploadConfig(false); err != nil || c != (uploadConfig{readers: 0, inPlace: 3, unitMB: 256, populate: true}) {
+	if c, err := resolveUploadConfig(false); err != nil || c != (uploadConfig{readers: 0, inPlace: 3, unitMB: 256, populate: true,
+		ownCopies: true, perReader: 2, slotMB: stagingSlotBytes >> 20}) {
 		t.Fatalf("in place only: %+v %v", c, err)
 	}
 	if c, err := resolveUploadConfig(true); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate {
 		t.Fatalf("cold: %+v %v", c, err)
 	}
-	for _, bad := range [][3]string{{"0", "0", ""}, {"x", "1", ""}, {"-1", "1", ""}, {"4", "17", ""}, {"65", "0", ""}, {"4", "2", "24"}, {"4", "2", "8192"}, {"4", "2", "0"}} {
+	for _, bad := range [][3]string{{"0", "0", ""}, {"x", "1", ""}, {"-1", "1", ""}, {"4", "17", ""}, {"65", "0", ""}, {"4", "2", "20"}, {"4", "2", "8192"}, {"4", "2", "0"}} {
 		t.Setenv(UploadReadersEnv, bad[0])
 		t.Setenv(UploadInPlaceEnv, bad[1])
 		t.Setenv(UploadInPlaceUnitEnv, bad[2])
