@@ -49,12 +49,13 @@ const UploadEnv = "TRENI_CUDA_UPLOAD"
 // Staging ring geometry: the default slot size (uploadConfig.slotMB), and
 // with one copy loop (stageCopyLoop) the slots beyond one per reader that
 // keep the copy engine busy while readers refill. With readers that
-// enqueue their own copies, two slots of 8 MiB each uploaded the 4B- and
-// 0.6B-shaped checkpoints as fast as two of 16 MiB or three of 8 on the
-// lent H100 (within the spread; docs/BENCHMARKS.md), with a ring of
-// 224 MiB instead of 448 to fault in and page-lock.
+// enqueue their own copies, two slots of 8 MiB each uploaded a warm 4B-
+// shaped checkpoint ~1 GB/s faster than two of 16 MiB on the lent H100,
+// but read it from a cold page cache 5–10% slower (the disk serves larger
+// reads better; docs/BENCHMARKS.md): the cold start from disk is the
+// longer by ten times, so the slots stay 16 MiB.
 const (
-	stagingSlotBytes = 8 << 20
+	stagingSlotBytes = 16 << 20
 	stagingSlack     = 6
 	// maxReadGap is the largest stretch of a file between two wanted
 	// tensors that a chunk reads through rather than starting a new chunk
