@@ -304,7 +304,8 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 				up.readers = max(up.readers, 1)
 			}
 			// The ring's slots are page-locked one by one as they are
-			// first filled (cudaDMA.prepare), beside the readers.
+			// first filled (cudaDMA.prepare), by the readers that fill
+			// them (or by the copy loop).
 			var err error
 			if up.readers > 0 {
 				var dma *cudaDMA

@@ -499,7 +499,9 @@ type stagedStats struct {
 	readBusy time.Duration
 	// readIdle is the readers' time without a read under way, summed over
 	// readers, from the first read to the last copy's fence: waiting for
-	// the copy loop to hand them the next chunk and slot, and the end.
+	// the copy loop to hand them the next chunk and slot (or, enqueueing
+	// their own copies, for a slot's copies, page-locking it and
+	// enqueueing), and the end.
 	readIdle time.Duration
 	// readWait and fenceWait are the copy loop's time blocked on a read
 	// result and on a slot's copies; prepare is its time registering slots
@@ -805,7 +807,8 @@ func stageCopyLoop(chunks []readChunk, q *chunkQueue, ring *stagingRing, readers
 
 // cudaDMA is dmaEngine on two streams of a context, with one event per
 // slot, page-locking each slot of the ring on its first use. Its methods
-// run on the thread where the context is current.
+// run on threads where the context is current, each slot's (and each
+// stream's) on one thread at a time.
 type cudaDMA struct {
 	c       *Context
 	ring    *stagingRing
@@ -862,10 +865,18 @@ func (d *cudaDMA) allRegistered() bool {
 }
 
 func (d *cudaDMA) copy(stream int, dst DevicePtr, src []byte) error {
+	if stream < 0 || stream >= len(d.streams) {
+		return fmt.Errorf("upload: copy on stream %d of %d (internal error)", stream, len(d.streams))
+	}
 	return d.streams[stream].CopyHtoDAsync(dst, unsafe.Pointer(&src[0]), len(src))
 }
 
-func (d *cudaDMA) fence(slot, stream int) error { return d.events[slot].Record(d.streams[stream]) }
+func (d *cudaDMA) fence(slot, stream int) error {
+	if stream < 0 || stream >= len(d.streams) {
+		return fmt.Errorf("upload: fence on stream %d of %d (internal error)", stream, len(d.streams))
+	}
+	return d.events[slot].Record(d.streams[stream])
+}
 
 func (d *cudaDMA) wait(slot int) error { return d.events[slot].Synchronize() }
 
