@@ -191,7 +191,7 @@ func (s *Stream) EndCapture() (*Graph, error) {
 		return nil, err
 	}
 	if err := g.Instantiate(); err != nil {
-		C.tt_cuGraphDestroy(s.c.d.c, g.g)
+		g.Destroy() // the uninstantiated graph alone
 		return nil, err
 	}
 	return g, nil
