@@ -298,9 +298,8 @@ func Run(ctx context.Context, o Options) error {
 	// grace for new connections, in 12 of 32 cold starts on the H100
 	// (docs/BENCHMARKS.md, sixteenth session): Shutdown closes those at
 	// once instead, once the listener is closed.
-	var fresh httpserve.FreshConns
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ConnState: fresh.Track}
-	hs.RegisterOnShutdown(fresh.CloseAll)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	httpserve.CloseFreshOnShutdown(hs)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
 	schedDone := make(chan error, 1)

@@ -34,9 +34,8 @@ func Start(ctx context.Context, addr string, h http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fresh FreshConns
-	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: fresh.Track}, ln: ln, done: make(chan struct{})}
-	s.srv.RegisterOnShutdown(fresh.CloseAll)
+	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
+	CloseFreshOnShutdown(s.srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -80,19 +79,27 @@ func (s *Server) Close() error {
 	return s.err
 }
 
-// FreshConns tracks an http.Server's connections that have not yet sent a
-// request (http.StateNew), so that shutting down need not wait for them:
-// Shutdown treats such a connection as busy for its first 5 s, and an
-// HTTP client's spare dial, left idle in its pool, is one. Install Track
-// as the server's ConnState and CloseAll with RegisterOnShutdown (it
-// runs once the listeners are closed).
-type FreshConns struct {
+// CloseFreshOnShutdown has srv's Shutdown close, at once, the connections
+// that have not yet sent a request (http.StateNew) instead of waiting for
+// them: Shutdown treats such a connection as busy for its first 5 s, and
+// an HTTP client's spare dial, left idle in its pool, is one. It installs
+// srv's ConnState hook (srv must not have one) and a RegisterOnShutdown
+// function, which runs once the listeners are closed.
+func CloseFreshOnShutdown(srv *http.Server) {
+	var f freshConns
+	srv.ConnState = f.track
+	srv.RegisterOnShutdown(f.closeAll)
+}
+
+// freshConns tracks a server's connections that have not yet sent a
+// request (CloseFreshOnShutdown).
+type freshConns struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 }
 
-// Track is an http.Server ConnState hook.
-func (f *FreshConns) Track(c net.Conn, st http.ConnState) {
+// track is an http.Server ConnState hook.
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st == http.StateNew {
@@ -105,8 +112,8 @@ func (f *FreshConns) Track(c net.Conn, st http.ConnState) {
 	delete(f.conns, c)
 }
 
-// CloseAll closes every connection still waiting for its first request.
-func (f *FreshConns) CloseAll() {
+// closeAll closes every connection still waiting for its first request.
+func (f *freshConns) closeAll() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.conns {
