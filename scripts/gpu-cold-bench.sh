@@ -161,7 +161,12 @@ if [[ $HF == 1 ]]; then
 fi
 
 say "page cache cold ($last)"
+# The lent machines' virtual disks drift (1.89 → 1.35 GB/s within a
+# minute), so the cold start is also set against disk reads taken just
+# before and after it.
+python3 scripts/disk-probe.py "$WORK/qwen3-$last" ranges:8:8 >"$RES/disk-before-evicted.txt" 2>>"$LOG"
 engine "$last" "engine-$last-evicted" --evict-page-cache
+python3 scripts/disk-probe.py "$WORK/qwen3-$last" ranges:8:8 >"$RES/disk-after-evicted.txt" 2>>"$LOG"
 [[ $HF == 1 ]] && hf "$last" "hf-$last-evicted" --evict
 
 if [[ ${SERVE64:-1} == 1 ]]; then

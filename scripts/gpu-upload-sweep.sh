@@ -2,10 +2,19 @@
 # The staged upload's settings, compared on one GPU machine in one call:
 # cold starts of the built-in engine (page cache warm), VARIANTS taken in
 # turn ROUNDS times so that a drift of the host falls on all of them, one
-# short request each (the first streamed token is what is timed). Prints,
-# per variant, min / median / max of the upload's GB/s, the first token,
+# short request each (the first streamed token is what is timed), each
+# round starting one variant further on. Prints, per variant, min /
+# median / max of the upload's GB/s, the first token, its difference from
+# the first variant's in the same round,
 # and where the readers' time went (decoder_tensor_upload's attributes),
 # beside the pinned H2D floor of doctor --floors from the same call.
+#
+# COLD=1 evicts the weights before every start instead (--evict-page-cache)
+# and brackets each round with a disk read of the weights as the cold
+# bench's floor reads them (scripts/disk-probe.py ranges:8:8, plus the
+# PROBE modes, e.g. PROBE="queue:8:16 queue:14:16"): the lent machines'
+# virtual disks drifted from 1.89 to 1.35 GB/s within one minute, so each
+# cold start is set against the mean of the two reads around its round.
 #
 # Usage on the GPU machine, with a treni-top built elsewhere:
 #   BIN=.carry/treni-top TOK=.carry/qwen3-tok OUT=/tmp/out PRESET=4b \
@@ -19,6 +28,9 @@ OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/treni-cold-bench}
 PRESET=${PRESET:-4b}
 ROUNDS=${ROUNDS:-5}
+COLD=${COLD:-0}
+PROBE=${PROBE:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
 VARIANTS=${VARIANTS:-"base= r8=TRENI_CUDA_UPLOAD_READERS=8"}
 RES=$OUT/sweep-$PRESET
 mkdir -p "$RES" "$WORK"
@@ -27,21 +39,35 @@ TOKARGS=(); [[ -n ${TOK:-} ]] && TOKARGS=(--tokenizer "$TOK")
 d=$WORK/qwen3-$PRESET
 [[ -f $d/config.json ]] || "$BIN" model synth --arch qwen3 --preset "$PRESET" --out "$d" --seed 7 "${TOKARGS[@]}" >>"$RES/log.txt" 2>&1
 "$BIN" doctor --floors --json >"$RES/floors.json" 2>>"$RES/log.txt"
-cat "$d"/*.safetensors >/dev/null
+EVICT=()
+if [[ $COLD == 1 ]]; then EVICT=(--evict-page-cache); else cat "$d"/*.safetensors >/dev/null; fi
+disk() { # round: the disk floor (and PROBE's modes) with the page cache cold
+	[[ $COLD == 1 ]] || return 0
+	# shellcheck disable=SC2086 # PROBE is a list of modes
+	python3 "$HERE/disk-probe.py" "$d" ranges:8:8 $PROBE >"$RES/disk-$1.txt" 2>>"$RES/log.txt"
+}
 one() { # stem [assignments]
 	local stem=$1 envs=() a
 	IFS=, read -ra envs <<<"${2:-}"
 	(for a in "${envs[@]}"; do export "${a?}"; done
-	"$BIN" run --headless --json --device cuda --model "$d" --warmup 0 --repeat 1 --max-tokens 8 \
+	"$BIN" run --headless --json --device cuda --model "$d" --warmup 0 --repeat 1 --max-tokens 8 "${EVICT[@]}" \
 		--prompt "$P52" --record "$RES/$stem.jsonl" >"$RES/$stem.json" 2>>"$RES/log.txt")
 }
 one first-contact # tokenizer cache, driver files: not counted
+read -ra vs <<<"$VARIANTS"
 for r in $(seq 1 "$ROUNDS"); do
-	for v in $VARIANTS; do one "${v%%=*}-$r" "${v#*=}"; done
+	disk "$r"
+	# Each round starts one variant further on, so that no variant always
+	# follows the disk read or the same neighbour.
+	for i in $(seq 0 $((${#vs[@]} - 1))); do
+		v=${vs[$(((i + r - 1) % ${#vs[@]}))]}
+		one "${v%%=*}-$r" "${v#*=}"
+	done
 done
-python3 - "$RES" "$VARIANTS" <<'PY'
+disk $((ROUNDS + 1))
+python3 - "$RES" "$VARIANTS" "$COLD" <<'PY'
 import glob, json, os, statistics, sys
-res, variants = sys.argv[1], sys.argv[2].split()
+res, variants, cold = sys.argv[1], sys.argv[2].split(), sys.argv[3] == "1"
 fl = json.load(open(os.path.join(res, "floors.json")))
 fl = fl.get("floors") or fl  # treni-top doctor --floors --json nests them
 # the floor of the cold-start table (cold_bench_table.py): the faster of
@@ -56,8 +82,34 @@ print("pinned H2D (doctor --floors, pinned or registered): %s GB/s" % (pinned an
 for r in fl.get("page_cache_read") or []:
     print("page cache → memory, %2d threads: %5.1f GB/s alone, %5.1f beside a pinned H2D copy (which then ran at %.1f)" % (
         r["threads"], r["gb_per_s"], r["beside_h2d_gb_per_s"], r["h2d_beside_reads_gb_per_s"]))
-print("| variant | settings | upload GB/s | % of pinned (median) | first token ms | readers idle ms (sum) | copy loop fence wait ms | slot register ms |")
-print("| --- | --- | --: | --: | --: | --: | --: | --: |")
+def disk_runs(r):
+    """The JSON list disk-probe.py printed before round r, or []."""
+    try:
+        return json.loads(open(os.path.join(res, "disk-%d.txt" % r)).read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return []
+def disk_ms(r):
+    """Reading the weights at the floor (ranges:8:8), the mean of the reads before and after round r (ms)."""
+    ts = [1000 * x["seconds"] for k in (r, r + 1) for x in disk_runs(k)[:1] if not x["errors"]]
+    return statistics.mean(ts) if ts else None
+if cold:
+    modes = {}
+    for p in sorted(glob.glob(os.path.join(res, "disk-*.txt"))):
+        for i, x in enumerate(disk_runs(int(p.rsplit("-", 1)[1].split(".")[0]))):
+            key = "%s:%d:%d%s" % (x["mode"], x["threads"], x["chunk_mib"], ":%d" % x["ahead"] if x["ahead"] else "")
+            modes.setdefault(key, []).append(None if x["errors"] else x["gb_per_s"])
+    for k, xs in modes.items():
+        print("disk read, page cache cold, %s: %s GB/s (%d reads)" % (k, mmm(xs, "{:.2f}"), len(xs)))
+def first_ms(name, r):
+    """Variant name's first token in round r (ms), or None."""
+    try:
+        run = json.load(open(os.path.join(res, "%s-%d.json" % (name, r))))["runs"][-1]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None
+base = variants[0].split("=", 1)[0]
+print("| variant | settings | upload GB/s | %% of pinned (median) | first token ms | − %s's, same round (ms) | %sreaders idle ms (sum) | copy loop fence wait ms | slot register ms |" % (base, "÷ disk read (bracketing rounds) | " if cold else ""))
+print("| --- | --- | --: | --: | --: | --: | %s--: | --: | --: |" % ("--: | " if cold else ""))
 for v in variants:
     name = v.split("=", 1)[0]
     rows = []
@@ -70,14 +122,18 @@ for v in variants:
         if up is None:
             continue
         a = up.get("attrs") or {}
-        rows.append((a.get("gb_per_s"), run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None,
-                     a.get("read_idle_ms"), a.get("copy_loop_fence_wait_ms"), a.get("slot_register_ms")))
+        first = run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None
+        rnd = int(p.rsplit("-", 1)[1].split(".")[0])
+        dm = disk_ms(rnd) if cold else None
+        b0 = first_ms(base, rnd)
+        rows.append((a.get("gb_per_s"), first, a.get("read_idle_ms"), a.get("copy_loop_fence_wait_ms"), a.get("slot_register_ms"),
+                     first / dm if first and dm else None, first - b0 if first is not None and b0 is not None else None))
     if not rows:
-        print("| %s | %s | no run | | | | | |" % (name, v.split("=", 1)[1] or "defaults"))
+        print("| %s | %s | no run |%s" % (name, v.split("=", 1)[1] or "defaults", " |" * (7 if cold else 6)))
         continue
     col = lambda i: [r[i] for r in rows]
     g = [x for x in col(0) if x]
     share = "%.0f%%" % (100 * statistics.median(g) / pinned) if g and pinned else "—"
-    print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (name, v.split("=", 1)[1] or "defaults", mmm(col(0)), share,
-          mmm(col(1), "{:.0f}"), mmm(col(2), "{:.0f}"), mmm(col(3), "{:.0f}"), mmm(col(4))))
+    print("| %s | %s | %s | %s | %s | %s | %s%s | %s | %s |" % (name, v.split("=", 1)[1] or "defaults", mmm(col(0), "{:.2f}" if cold else "{:.1f}"), share,
+          mmm(col(1), "{:.0f}"), mmm(col(6), "{:+.0f}"), mmm(col(5), "{:.2f}") + " | " if cold else "", mmm(col(2), "{:.0f}"), mmm(col(3), "{:.0f}"), mmm(col(4))))
 PY

@@ -30,7 +30,10 @@ type Starter struct {
 	ring    chan ringResult // the staging ring (staged uploads only)
 	up      uploadConfig    // the staged upload's threads (Load resolves it, build runs by it)
 	pre     *prefault       // the in-place copiers' mappings, populated ahead (UploadPopulateEnv)
-	used    bool
+	// prefetch reads a cold page cache's first chunks while the driver
+	// initialises (ColdPrefetchEnv); Load stops it and waits for it.
+	prefetch *coldPrefetch
+	used     bool
 }
 
 type blasResult struct {
@@ -114,16 +117,21 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 	if err == nil {
 		s.up, err = resolveUploadConfig(opts.ColdPageCache) // build runs the upload by it
 	}
+	var files []string
+	for _, f := range ck.Files {
+		files = append(files, f.Path)
+	}
 	if err == nil && b.opts.Upload == UploadStaged && s.up.populate {
-		var files []string
-		for _, f := range ck.Files {
-			files = append(files, f.Path)
-		}
 		s.pre = startPrefault(files, prefaultRegion) // while the driver initialises
 	}
+	if err == nil && b.opts.Upload == UploadStaged && s.up.prefetch {
+		s.prefetch = startColdPrefetch(files, s.up.readers, s.up.slotMB<<20) // while the driver initialises
+	}
+	defer s.prefetch.wait() // its last reads finish beside the upload's
 	if initErr := <-s.initErr; err == nil {
 		err = initErr
 	}
+	s.prefetch.stop() // the upload can begin
 	if err == nil {
 		opts.Device = b.opts.Device
 		kept := b.opts.envOptions()
@@ -383,6 +391,10 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		}
 		if preMS > 0 {
 			attrs["inplace_populated_gb"], attrs["inplace_populate_ms"] = preGB, preMS
+		}
+		if s.prefetch != nil {
+			_, ms := s.prefetch.stop()
+			attrs["cold_prefetch_mb"], attrs["cold_prefetch_ms"] = s.prefetch.wait()>>20, ms
 		}
 	}
 	if st.fallback != "" {

@@ -27,7 +27,8 @@ import (
 //     never touched, so no page-table entry is built for 8 GB of weights
 //     (the cost that held the mapped path to ~13 GB/s), the process's RSS
 //     stays at the size of the ring, which is freed after the upload, and a
-//     cold page cache is read by several readers at once. Opt-in in-place
+//     cold page cache is read by several readers at once, its first chunks
+//     by a prefetch while the driver initialises (prefetch.go). Opt-in in-place
 //     copiers (inplace.go) can take chunks from the other end of the
 //     readers' queue and have the copy engine read them straight from the
 //     page cache, through a mapping of their own page-locked in place: one
@@ -95,6 +96,9 @@ type uploadConfig struct {
 	// slot size.
 	ownCopies         bool
 	perReader, slotMB int
+	// prefetch has the front of the files read into the page cache while
+	// the driver initialises (coldPrefetch); only with a cold page cache.
+	prefetch bool
 }
 
 // ringSlots is how many slots the staging ring needs for this config.
@@ -126,6 +130,14 @@ const (
 	UploadInPlaceEnv = "TRENI_CUDA_UPLOAD_INPLACE"
 )
 
+// UploadColdReadersEnv overrides how many readers read a cold page cache
+// (a count from 1 to 64; coldReaders by default), so that storage's best
+// queue depth can be measured on one binary (scripts/gpu-upload-sweep.sh
+// with COLD=1). The ring is mapped before the residency is known, for the
+// warm readers, so a cold upload runs at most as many readers as a warm
+// one (uploadConfig.ringReaders).
+const UploadColdReadersEnv = "TRENI_CUDA_UPLOAD_COLD_READERS"
+
 // UploadFeedEnv chooses who enqueues the staged upload's copies: "reader"
 // (each reader its own; the default) or "loop" (one copy loop beside the
 // readers); UploadSlotsEnv the slots each reader alternates between (with
@@ -142,7 +154,12 @@ const (
 // the copy thread. On the lent H100 host (16 cores) 8 readers reached
 // 31 GB/s and 14 reached 35 GB/s. From storage (cold), more readers only
 // interleave more streams on the disk: coldReaders read (8 read the
-// 4B-shaped checkpoint at the disk's measured rate; see docs/BENCHMARKS.md).
+// 4B-shaped checkpoint at the disk's measured rate; 14 were not
+// consistently faster in the eighteenth session's paired rounds), and a
+// prefetch reads the front of the files while the driver initialises
+// (coldPrefetch: the first token 187 ms sooner with 8 readers, 355 with
+// 14, medians of 8 paired rounds on the lent H100; see
+// docs/BENCHMARKS.md).
 //
 // In-place copiers are opt-in (UploadInPlaceEnv). On the 8 GB checkpoint,
 // two of them, with the readers two cores fewer each and their mappings
@@ -158,7 +175,7 @@ func defaultUploadConfig(cold bool) uploadConfig {
 	u := uploadConfig{readers: maxReaders(), unitMB: defaultInPlaceUnitMB, populate: true,
 		ownCopies: true, perReader: 2, slotMB: stagingSlotBytes >> 20}
 	if cold {
-		u.readers, u.populate = coldReaders, false
+		u.readers, u.populate, u.prefetch = coldReaders, false, true
 	}
 	return u
 }
@@ -204,7 +221,13 @@ func resolveUploadConfig(cold bool) (uploadConfig, error) {
 		return t, fmt.Errorf("cuda: %s=%q is not reader or loop", UploadFeedEnv, v)
 	}
 	if cold {
-		return t, nil
+		switch v := os.Getenv(ColdPrefetchEnv); v {
+		case "", "0", "1":
+			t.prefetch = v != "0"
+		default:
+			return t, fmt.Errorf("cuda: %s=%q is not 0 or 1", ColdPrefetchEnv, v)
+		}
+		return t, counts(count{UploadColdReadersEnv, &t.readers, 1, 64, 1})
 	}
 	t.unitMB = max(1, t.unitMB/t.slotMB) * t.slotMB // a whole number of slots
 	if err := counts(count{UploadReadersEnv, &t.readers, 0, 64, 1}, count{UploadInPlaceEnv, &t.inPlace, 0, 16, 1},

@@ -26,7 +26,8 @@ func deviceWeights(t *testing.T, b *Backend) []byte {
 // TestGPUUploadStagedMatchesMapped uploads one checkpoint through the
 // staged path (pread into the page-locked ring beside the in-place
 // copiers, copies on a second thread while the kernels load and the
-// warm-up runs), through the in-place copiers alone and through the
+// warm-up runs), through the in-place copiers alone, as a cold page cache
+// is uploaded (its readers, the prefetch beside cuInit) and through the
 // mapped path (registered chunks of the mmap), and compares the device
 // bytes: every matrix must arrive identical. It also checks the stage records: the
 // staged upload overlaps kernel_load and the load warm-up, which captured
@@ -72,12 +73,19 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		both := newWith(UploadReadersEnv, "4", UploadInPlaceEnv, "2", UploadPopulateEnv, "1")
 		loop := newWith(UploadFeedEnv, "loop")
 		small := newWith(UploadReadersEnv, "3", UploadSlotsEnv, "3", UploadSlotEnv, "1")
+		// A cold page cache: its readers, and the front of the files read
+		// by the prefetch while the driver initialised (the page cache is
+		// warm here; the path is the same).
+		cold, err := NewBackend(ck, BackendOptions{NumBlocks: 64, BlockSize: 16, Upload: UploadStaged, NoLoadWarmup: true, ColdPageCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
 		wm := deviceWeights(t, mapped)
 		for _, o := range []struct {
 			what string
 			b    *Backend
 		}{{"staged", staged}, {"in-place", inPlace}, {"readers and in-place", both},
-			{"copies by one loop", loop}, {"3 readers, 3 slots of 1 MiB each", small}} {
+			{"copies by one loop", loop}, {"3 readers, 3 slots of 1 MiB each", small}, {"cold page cache, prefetched", cold}} {
 			if w := deviceWeights(t, o.b); !bytes.Equal(w, wm) {
 				n := 0
 				for i := range w {
@@ -86,6 +94,11 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 					}
 				}
 				t.Errorf("%s: %s and mapped uploads differ in %d of %d bytes", preset, o.what, n, len(w))
+			}
+		}
+		for _, s := range cold.Stages() {
+			if _, ok := s.Attrs["cold_prefetch_mb"]; s.Stage == trace.StageDecoderTensorUpload && (!ok || s.Attrs["readers"] != min(coldReaders, maxReaders())) {
+				t.Errorf("%s: cold upload attrs %v, want the prefetch's and %d readers", preset, s.Attrs, min(coldReaders, maxReaders()))
 			}
 		}
 		for _, s := range both.Stages() {
@@ -142,14 +155,14 @@ func TestGPUUploadStagedMatchesMapped(t *testing.T) {
 		if warm.Attrs["concurrent_with_upload"] != true {
 			t.Errorf("%s: the load warm-up did not run beside the upload: %v", preset, warm.Attrs)
 		}
-		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small} {
+		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small, cold} {
 			bytes, gbps := b.UploadStats()
 			t.Logf("UPLOAD %s %s: %d bytes at %.2f GB/s", preset, b.opts.Upload, bytes, gbps)
 			for _, s := range b.Stages() {
 				t.Logf("STAGE %s %s %-22s %8.2f ms %v", preset, b.opts.Upload, s.Stage, float64(s.End.Sub(s.Start).Microseconds())/1000, s.Attrs)
 			}
 		}
-		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small} {
+		for _, b := range []*Backend{staged, mapped, inPlace, both, loop, small, cold} {
 			if err := b.Close(); err != nil {
 				t.Errorf("%s: close: %v", preset, err)
 			}

@@ -385,9 +385,10 @@ func TestReleaseStaging(t *testing.T) {
 // overrides the counts, the copiers' unit and populating within their
 // ranges, refuses what is not a count, not a whole number of chunks or
 // leaves no thread, and a cold page cache keeps its readers and runs no
-// copier whatever the environment says.
+// copier whatever the warm environment says; UploadColdReadersEnv alone
+// sets its readers.
 func TestUploadConfig(t *testing.T) {
-	for _, e := range []string{UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv, UploadFeedEnv, UploadSlotsEnv, UploadSlotEnv} {
+	for _, e := range []string{ColdPrefetchEnv, UploadColdReadersEnv, UploadReadersEnv, UploadInPlaceEnv, UploadInPlaceUnitEnv, UploadPopulateEnv, UploadFeedEnv, UploadSlotsEnv, UploadSlotEnv} {
 		t.Setenv(e, "")
 	}
 	c, err := resolveUploadConfig(false)
@@ -444,9 +445,36 @@ func TestUploadConfig(t *testing.T) {
 		ownCopies: true, perReader: 2, slotMB: stagingSlotBytes >> 20}) {
 		t.Fatalf("in place only: %+v %v", c, err)
 	}
-	if c, err := resolveUploadConfig(true); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate {
+	if c, err := resolveUploadConfig(true); err != nil || c.readers != coldReaders || c.inPlace != 0 || c.populate || !c.prefetch {
 		t.Fatalf("cold: %+v %v", c, err)
 	}
+	t.Setenv(ColdPrefetchEnv, "0")
+	if c, err := resolveUploadConfig(true); err != nil || c.prefetch {
+		t.Fatalf("cold, prefetch off: %+v %v", c, err)
+	}
+	t.Setenv(ColdPrefetchEnv, "1")
+	if c, err := resolveUploadConfig(false); err != nil || c.prefetch {
+		t.Fatalf("a warm page cache prefetches: %+v %v", c, err)
+	}
+	t.Setenv(ColdPrefetchEnv, "on")
+	if _, err := resolveUploadConfig(true); err == nil || !strings.Contains(err.Error(), ColdPrefetchEnv) {
+		t.Fatalf("prefetch=on: %v", err)
+	}
+	t.Setenv(ColdPrefetchEnv, "")
+	t.Setenv(UploadColdReadersEnv, "16")
+	if c, err := resolveUploadConfig(true); err != nil || c.readers != 16 || c.inPlace != 0 {
+		t.Fatalf("16 cold readers: %+v %v", c, err)
+	}
+	if c, err := resolveUploadConfig(false); err != nil || c.readers != 0 {
+		t.Fatalf("the cold readers' count leaks into a warm upload: %+v %v", c, err)
+	}
+	for _, bad := range []string{"0", "65", "x"} {
+		t.Setenv(UploadColdReadersEnv, bad)
+		if _, err := resolveUploadConfig(true); err == nil || !strings.Contains(err.Error(), UploadColdReadersEnv) {
+			t.Fatalf("cold readers %q: %v", bad, err)
+		}
+	}
+	t.Setenv(UploadColdReadersEnv, "")
 	for _, bad := range [][3]string{{"0", "0", ""}, {"x", "1", ""}, {"-1", "1", ""}, {"4", "17", ""}, {"65", "0", ""}, {"4", "2", "20"}, {"4", "2", "8192"}, {"4", "2", "0"}} {
 		t.Setenv(UploadReadersEnv, bad[0])
 		t.Setenv(UploadInPlaceEnv, bad[1])
