@@ -108,6 +108,10 @@ def first_ms(name, r):
         return None
     return run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None
 base = variants[0].split("=", 1)[0]
+def sooner(ds):
+    """How many rounds a variant's first token came before the base's."""
+    ds = [d for d in ds if d is not None]
+    return "; sooner in %d of %d" % (sum(d < 0 for d in ds), len(ds)) if ds else ""
 print("| variant | settings | upload GB/s | %% of pinned (median) | first token ms | − %s's, same round (ms) | %sreaders idle ms (sum) | copy loop fence wait ms | slot register ms |" % (base, "÷ disk read (bracketing rounds) | " if cold else ""))
 print("| --- | --- | --: | --: | --: | --: | %s--: | --: | --: |" % ("--: | " if cold else ""))
 for v in variants:
@@ -135,5 +139,5 @@ for v in variants:
     g = [x for x in col(0) if x]
     share = "%.0f%%" % (100 * statistics.median(g) / pinned) if g and pinned else "—"
     print("| %s | %s | %s | %s | %s | %s | %s%s | %s | %s |" % (name, v.split("=", 1)[1] or "defaults", mmm(col(0), "{:.2f}" if cold else "{:.1f}"), share,
-          mmm(col(1), "{:.0f}"), mmm(col(6), "{:+.0f}"), mmm(col(5), "{:.2f}") + " | " if cold else "", mmm(col(2), "{:.0f}"), mmm(col(3), "{:.0f}"), mmm(col(4))))
+          mmm(col(1), "{:.0f}"), mmm(col(6), "{:+.0f}") + sooner(col(6)), mmm(col(5), "{:.2f}") + " | " if cold else "", mmm(col(2), "{:.0f}"), mmm(col(3), "{:.0f}"), mmm(col(4))))
 PY
