@@ -210,6 +210,17 @@ func resolveUploadConfig(cold bool) (uploadConfig, error) {
 		}
 		return nil
 	}
+	// flag reads a 0/1 setting into v; unset keeps the default.
+	flag := func(env string, v *bool) error {
+		switch s := os.Getenv(env); s {
+		case "":
+		case "0", "1":
+			*v = s == "1"
+		default:
+			return fmt.Errorf("cuda: %s=%q is not 0 or 1", env, s)
+		}
+		return nil
+	}
 	// The ring's shape, warm or cold.
 	if err := counts(count{UploadSlotEnv, &t.slotMB, 1, 256, 1}, count{UploadSlotsEnv, &t.perReader, 1, 8, 1}); err != nil {
 		return t, err
@@ -221,11 +232,8 @@ func resolveUploadConfig(cold bool) (uploadConfig, error) {
 		return t, fmt.Errorf("cuda: %s=%q is not reader or loop", UploadFeedEnv, v)
 	}
 	if cold {
-		switch v := os.Getenv(ColdPrefetchEnv); v {
-		case "", "0", "1":
-			t.prefetch = v != "0"
-		default:
-			return t, fmt.Errorf("cuda: %s=%q is not 0 or 1", ColdPrefetchEnv, v)
+		if err := flag(ColdPrefetchEnv, &t.prefetch); err != nil {
+			return t, err
 		}
 		return t, counts(count{UploadColdReadersEnv, &t.readers, 1, 64, 1})
 	}
@@ -237,12 +245,8 @@ func resolveUploadConfig(cold bool) (uploadConfig, error) {
 	if t.inPlace > 0 && os.Getenv(UploadReadersEnv) == "" {
 		t.readers = max(4, t.readers-2*t.inPlace)
 	}
-	switch v := os.Getenv(UploadPopulateEnv); v {
-	case "":
-	case "0", "1":
-		t.populate = v == "1"
-	default:
-		return t, fmt.Errorf("cuda: %s=%q is not 0 or 1", UploadPopulateEnv, v)
+	if err := flag(UploadPopulateEnv, &t.populate); err != nil {
+		return t, err
 	}
 	t.populate = t.populate && t.inPlace > 0
 	if t.readers+t.inPlace == 0 {
