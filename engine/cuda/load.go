@@ -393,8 +393,8 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 			attrs["inplace_populated_gb"], attrs["inplace_populate_ms"] = preGB, preMS
 		}
 		if s.prefetch != nil {
-			_, ms := s.prefetch.stop()
-			attrs["cold_prefetch_mb"], attrs["cold_prefetch_ms"] = s.prefetch.wait()>>20, ms
+			n, ms := s.prefetch.wait()
+			attrs["cold_prefetch_mb"], attrs["cold_prefetch_ms"] = n>>20, ms
 		}
 	}
 	if st.fallback != "" {

@@ -114,25 +114,21 @@ func (p *coldPrefetch) run(threads int) {
 	}
 }
 
-// stop tells the threads to take no further chunk and returns the bytes
-// read so far and the time since the start (ms). It does not wait: a read
-// in flight finishes in the background (wait).
-func (p *coldPrefetch) stop() (int64, float64) {
-	if p == nil {
-		return 0, 0
-	}
-	if p.halt.CompareAndSwap(false, true) {
+// stop tells the threads to take no further chunk, and notes when. It
+// does not wait: a read in flight finishes in the background (wait).
+func (p *coldPrefetch) stop() {
+	if p != nil && p.halt.CompareAndSwap(false, true) {
 		p.ms.Store(time.Since(p.t0).Microseconds())
 	}
-	return p.bytes.Load(), float64(p.ms.Load()) / 1e3
 }
 
 // wait stops the threads, waits until they have returned and closes the
-// files; it returns the bytes read in all. The owner (Starter.Load) calls
-// it once the upload is under way, on every path.
-func (p *coldPrefetch) wait() int64 {
+// files; it returns the bytes read in all and the time from the start
+// until the stop (ms). The owner (Starter.Load) calls it once the upload
+// is under way, on every path.
+func (p *coldPrefetch) wait() (int64, float64) {
 	if p == nil {
-		return 0
+		return 0, 0
 	}
 	p.stop()
 	p.wg.Wait()
@@ -140,5 +136,5 @@ func (p *coldPrefetch) wait() int64 {
 		f.Close()
 	}
 	p.files = nil
-	return p.bytes.Load()
+	return p.bytes.Load(), float64(p.ms.Load()) / 1e3
 }
