@@ -159,12 +159,18 @@ def variants(res, p, eng):
     print()
 
 
+def probe_runs(path):
+    """The list of reads scripts/disk-probe.py printed last into path, or []."""
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return []
+
+
 def disk_read_ms(path):
     """The time scripts/disk-probe.py's first mode took to read the weights (ms), or None."""
-    try:
-        runs = json.loads(open(path).read().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
+    runs = probe_runs(path)
     return 1000 * runs[0]["seconds"] if runs and not runs[0]["errors"] else None
 
 

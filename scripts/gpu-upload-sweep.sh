@@ -65,9 +65,12 @@ for r in $(seq 1 "$ROUNDS"); do
 	done
 done
 disk $((ROUNDS + 1))
-python3 - "$RES" "$VARIANTS" "$COLD" <<'PY'
+python3 - "$RES" "$VARIANTS" "$COLD" "$HERE" <<'PY'
 import glob, json, os, statistics, sys
 res, variants, cold = sys.argv[1], sys.argv[2].split(), sys.argv[3] == "1"
+sys.path.insert(0, sys.argv[4])
+# The cold bench's readers of treni-top run reports and disk-probe.py output.
+from cold_bench_table import disk_read_ms, engine_run, probe_runs, stage
 fl = json.load(open(os.path.join(res, "floors.json")))
 fl = fl.get("floors") or fl  # treni-top doctor --floors --json nests them
 # the floor of the cold-start table (cold_bench_table.py): the faster of
@@ -82,31 +85,25 @@ print("pinned H2D (doctor --floors, pinned or registered): %s GB/s" % (pinned an
 for r in fl.get("page_cache_read") or []:
     print("page cache → memory, %2d threads: %5.1f GB/s alone, %5.1f beside a pinned H2D copy (which then ran at %.1f)" % (
         r["threads"], r["gb_per_s"], r["beside_h2d_gb_per_s"], r["h2d_beside_reads_gb_per_s"]))
-def disk_runs(r):
-    """The JSON list disk-probe.py printed before round r, or []."""
-    try:
-        return json.loads(open(os.path.join(res, "disk-%d.txt" % r)).read().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return []
+def round_of(path):
+    """The round a result file belongs to (NAME-ROUND.json, disk-ROUND.txt)."""
+    return int(path.rsplit("-", 1)[1].split(".")[0])
 def disk_ms(r):
     """Reading the weights at the floor (ranges:8:8), the mean of the reads before and after round r (ms)."""
-    ts = [1000 * x["seconds"] for k in (r, r + 1) for x in disk_runs(k)[:1] if not x["errors"]]
+    ts = [t for t in (disk_read_ms(os.path.join(res, "disk-%d.txt" % k)) for k in (r, r + 1)) if t]
     return statistics.mean(ts) if ts else None
 if cold:
     modes = {}
     for p in sorted(glob.glob(os.path.join(res, "disk-*.txt"))):
-        for i, x in enumerate(disk_runs(int(p.rsplit("-", 1)[1].split(".")[0]))):
+        for x in probe_runs(p):
             key = "%s:%d:%d%s" % (x["mode"], x["threads"], x["chunk_mib"], ":%d" % x["ahead"] if x["ahead"] else "")
             modes.setdefault(key, []).append(None if x["errors"] else x["gb_per_s"])
     for k, xs in modes.items():
         print("disk read, page cache cold, %s: %s GB/s (%d reads)" % (k, mmm(xs, "{:.2f}"), len(xs)))
 def first_ms(name, r):
     """Variant name's first token in round r (ms), or None."""
-    try:
-        run = json.load(open(os.path.join(res, "%s-%d.json" % (name, r))))["runs"][-1]
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
-    return run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None
+    e = engine_run(res, "%s-%d" % (name, r))
+    return e and e["first_token_ms"]
 base = variants[0].split("=", 1)[0]
 def sooner(ds):
     """How many rounds a variant's first token came before the base's."""
@@ -118,16 +115,13 @@ for v in variants:
     name = v.split("=", 1)[0]
     rows = []
     for p in sorted(glob.glob(os.path.join(res, name + "-*.json"))):
-        try:
-            run = json.load(open(p))["runs"][-1]
-        except (OSError, ValueError, KeyError, IndexError):
-            continue
-        up = next((s for s in run.get("stages", []) if s["name"] == "decoder_tensor_upload"), None)
-        if up is None:
+        e = engine_run(res, os.path.basename(p)[:-len(".json")])
+        up = e and stage(e, "decoder_tensor_upload")
+        if not up:
             continue
         a = up.get("attrs") or {}
-        first = run.get("cold_total_ms") if run.get("cold_end") == "first_token" else None
-        rnd = int(p.rsplit("-", 1)[1].split(".")[0])
+        first = e["first_token_ms"]
+        rnd = round_of(p)
         dm = disk_ms(rnd) if cold else None
         b0 = first_ms(base, rnd)
         rows.append((a.get("gb_per_s"), first, a.get("read_idle_ms"), a.get("copy_loop_fence_wait_ms"), a.get("slot_register_ms"),
