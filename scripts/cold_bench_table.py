@@ -3,7 +3,7 @@
 
     python3 scripts/cold_bench_table.py RESULTS_DIR
 
-Reads floors.json, disk.json, engine-<preset>-<i>.json/.jsonl (treni-top run
+Reads floors.json, disk-floor.txt, engine-<preset>-<i>.json/.jsonl (treni-top run
 reports and sessions), engine-<preset>-mapped.json, hf-<preset>-<i>.json
 (scripts/hf_peer.py), the page-cache-cold runs and bench-64x1024.json, and
 prints Markdown: the floors, then one row per target with min/median/max,
@@ -174,11 +174,22 @@ def disk_read_ms(path):
     return 1000 * runs[0]["seconds"] if runs and not runs[0]["errors"] else None
 
 
+def disk_floor(res):
+    """The disk read rates with the page cache cold: one stream a file and
+    eight (disk-floor.txt, scripts/disk-probe.py ranges:1:8 ranges:8:8;
+    disk.json in the results of earlier sessions)."""
+    runs = probe_runs(os.path.join(res, "disk-floor.txt"))
+    if not runs:
+        return load(os.path.join(res, "disk.json")) or {}
+    rate = [None if r["errors"] else r["gb_per_s"] for r in runs[:2]] + [None]
+    return {"sequential_gb_per_s": rate[0], "parallel_gb_per_s": rate[1]}
+
+
 def main():
     res = sys.argv[1]
     fl = load(os.path.join(res, "floors.json")) or {}
     fl = fl.get("floors") or fl  # treni-top doctor --floors --json nests them
-    disk = load(os.path.join(res, "disk.json")) or {}
+    disk = disk_floor(res)
     presets = sorted({os.path.basename(p).split("-")[1] for p in glob.glob(os.path.join(res, "engine-*-1.json"))},
                      key=lambda p: (0, float(p[:-1])) if p[:-1].replace(".", "").isdigit() else (1, p))
     init_floor = (fl.get("cu_init_ms") or 0) + (fl.get("ctx_retain_ms") or 0)

@@ -5,8 +5,9 @@ the ways the CUDA backend's staged upload could read them.
     python3 scripts/disk-probe.py MODEL_DIR [MODE ...]
 
 Each MODE is NAME:THREADS:CHUNK_MIB[:AHEAD], NAME one of
-  ranges    each thread preads its own contiguous share of each file (the
-            cold bench's disk floor, scripts/gpu-cold-bench.sh)
+  ranges    THREADS threads a file, each with its own descriptor, pread
+            their own contiguous shares of it (the cold bench's disk
+            floor, scripts/gpu-cold-bench.sh: ranges:1:8 and ranges:8:8)
   queue     threads take CHUNK-sized reads from one queue in file order,
             as the upload's readers do (one descriptor a file, shared)
   queuefd   the same, each thread with descriptors of its own (the
@@ -50,7 +51,7 @@ def run(files, name, threads, chunk_mib, ahead):
     total = sum(os.path.getsize(f) for f in files)
     flags = os.O_RDONLY | (os.O_DIRECT if name == "direct" else 0)
     fds = {f: os.open(f, flags) for f in files}
-    own = name == "queuefd"
+    own = name in ("ranges", "queuefd")
     lock = threading.Lock()
     if name == "ranges":
         jobs = []
@@ -79,7 +80,7 @@ def run(files, name, threads, chunk_mib, ahead):
             if name == "ranges":
                 for f, lo, hi in my:
                     while lo < hi:
-                        k = os.preadv(fds[f], [memoryview(buf)[: min(size, hi - lo)]], lo)
+                        k = os.preadv(mine[f], [memoryview(buf)[: min(size, hi - lo)]], lo)
                         if k <= 0:
                             break
                         lo += k

@@ -42,40 +42,9 @@ done
 say "floors"
 "$BIN" doctor --floors --json >"$RES/floors.json" 2>>"$LOG"
 last=$(echo $PRESETS | awk '{print $NF}')
-python3 - "$WORK/qwen3-$last" "$RES/disk.json" <<'PY' 2>>"$LOG"
-import glob, json, os, sys, threading, time
-d, out = sys.argv[1], sys.argv[2]
-files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
-def evict():
-    for f in files:
-        fd = os.open(f, os.O_RDONLY); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
-def read(streams):
-    evict()
-    jobs = []
-    for f in files:
-        size = os.path.getsize(f)
-        step = (size + streams - 1) // streams
-        for i in range(streams):
-            jobs.append((f, i * step, min(size, (i + 1) * step)))
-    def work(f, lo, hi):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            while lo < hi:
-                n = len(os.pread(fd, min(8 << 20, hi - lo), lo))
-                if n == 0: break
-                lo += n
-        finally:
-            os.close(fd)
-    t = time.time()
-    th = [threading.Thread(target=work, args=j) for j in jobs]
-    [x.start() for x in th]; [x.join() for x in th]
-    total = sum(os.path.getsize(f) for f in files)
-    return total / (time.time() - t) / 1e9, total
-seq, total = read(1)
-par, _ = read(8)
-json.dump({"bytes": total, "sequential_gb_per_s": seq, "parallel_gb_per_s": par}, open(out, "w"))
-print("disk read %.2f GB/s (1 stream), %.2f GB/s (8 streams) over %.2f GB" % (seq, par, total / 1e9))
-PY
+# The disk floor: one stream a file, then eight (cold_bench_table.py).
+python3 scripts/disk-probe.py "$WORK/qwen3-$last" ranges:1:8 ranges:8:8 >"$RES/disk-floor.txt" 2>>"$LOG"
+head -n 2 "$RES/disk-floor.txt"
 
 engine() { # preset stem [extra run flags...]
 	local p=$1 stem=$2; shift 2
