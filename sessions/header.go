@@ -35,6 +35,12 @@ type Header struct {
 	ModelFiles []ModelFile `json:"model_files,omitempty"`
 	// Notes are free-form remarks (the import source, a bench workload…).
 	Notes map[string]string `json:"notes,omitempty"`
+
+	// ColdRuns is how many cold starts `run --cold-runs` asked for (0:
+	// not a run, or a file from before the flag). The runs themselves are
+	// the events'; a file holding fewer complete runs than this says the
+	// series stopped at a failed one.
+	ColdRuns int `json:"cold_runs,omitempty"`
 }
 
 // Host describes the machine the session was recorded on.

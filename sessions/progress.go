@@ -148,7 +148,11 @@ func (p *progress) marker(e trace.Event) {
 	m := e.Marker
 	switch m.Name {
 	case trace.MarkerRunStart:
-		p.printf(e.At, e.Run, "cold run %d: launching", e.Run)
+		of := ""
+		if n, ok := m.Attrs.Float("cold_runs"); ok && n > 1 {
+			of = fmt.Sprintf(" (%d of %d)", e.Run+1, int(n))
+		}
+		p.printf(e.At, e.Run, "cold run %d: launching%s", e.Run, of)
 	case trace.MarkerAttached:
 		p.printf(e.At, e.Run, "attached (no cold start: the server was already running)")
 	case trace.MarkerHealthy:

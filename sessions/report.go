@@ -36,6 +36,8 @@ type RunReport struct {
 	Requests        RequestSummary   `json:"requests"`
 	Crashed         bool             `json:"crashed,omitempty"`
 	ExitCode        int              `json:"exit_code,omitempty"`
+	// Failed is why the run did not complete (Run.Failed).
+	Failed string `json:"failed,omitempty"`
 }
 
 // StageRow is one stage in a report.
@@ -65,7 +67,7 @@ func buildRunReport(run Run) RunReport {
 		Index: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
 		UnattributedMS: stat.MS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
 		Dominant: a.Dominant, CriticalPath: a.CriticalPath,
-		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed,
+		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed, Failed: run.Failed,
 	}
 	if run.Healthy > 0 {
 		rr.HealthyMS = stat.MS(run.Healthy - run.Start)
@@ -172,6 +174,9 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, stat.FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
 	if run.Crashed {
 		fmt.Fprintf(b, "**The target crashed (exit code %d).**\n\n", run.ExitCode)
+	}
+	if run.Failed != "" {
+		fmt.Fprintf(b, "**This run failed: %s.** Its numbers are partial.\n\n", run.Failed)
 	}
 	b.WriteString("| stage | start | duration | share | exclusive | overlaps |\n|---|--:|--:|--:|--:|---|\n")
 	for _, s := range run.Stages {

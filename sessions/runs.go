@@ -39,6 +39,10 @@ type Run struct {
 	// not ask for it.
 	Exit    *trace.Process `json:"exit,omitempty"`
 	Crashed bool           `json:"crashed,omitempty"`
+	// Failed is the error of the run's run_failed marker: the run did not
+	// complete its cold sequence (never healthy, a request failed, the
+	// target exited), so its numbers are partial.
+	Failed string `json:"failed,omitempty"`
 }
 
 // ColdTotal is the length of the cold window.
@@ -112,6 +116,10 @@ func Analyze(events []trace.Event) []Run {
 			case trace.MarkerHealthy:
 				if a.run.Healthy == 0 {
 					a.run.Healthy = e.At
+				}
+			case trace.MarkerRunFailed:
+				if a.run.Failed == "" {
+					a.run.Failed, _ = e.Marker.Attrs.String("error")
 				}
 			}
 		case trace.KindRequest:

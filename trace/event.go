@@ -330,8 +330,11 @@ type Process struct {
 
 // Well-known marker names.
 const (
-	MarkerRunStart      = "run_start" // a cold run begins (launch about to happen)
-	MarkerHealthy       = "healthy"   // first successful health poll
+	// MarkerRunStart: a cold run begins, its launch about to happen
+	// (attrs: run, page_cache_evicted, and cold_runs, the length of the
+	// series --cold-runs asked for, on the runs of that series).
+	MarkerRunStart      = "run_start"
+	MarkerHealthy       = "healthy" // first successful health poll
 	MarkerEvicted       = "page_cache_evicted"
 	MarkerResidency     = "residency" // weight residency check (attrs: resident_bytes, total_bytes, when)
 	MarkerSaved         = "saved"

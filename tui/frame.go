@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace/stat"
 )
 
@@ -149,7 +150,7 @@ func (m Model) headerLines(w int) []string {
 
 	var parts []string
 	if ok {
-		parts = append(parts, fmt.Sprintf("run %d/%d", r.Index+1, len(m.st.runs)))
+		parts = append(parts, m.runPosition(r))
 		if r.ColdEndKind != "" && r.ColdTotal() > 0 {
 			parts = append(parts, "cold "+stat.FormatDuration(r.ColdTotal()))
 		}
@@ -186,6 +187,20 @@ func (m Model) headerLines(w int) []string {
 		l2 = spread(l2, t.render(t.accent, m.status), w)
 	}
 	return []string{l1, l2}
+}
+
+// runPosition is the header's place of run r: "cold run 3/5" in a series
+// of cold runs (run --cold-runs 5; runs added with the r key count on past
+// it), else "run 1/2" of the runs seen.
+func (m Model) runPosition(r sessions.Run) string {
+	n := len(m.st.runs)
+	if k := m.ctx.header.ColdRuns; k > 1 {
+		if last := m.st.runs[n-1].Index + 1; last > k {
+			k = last
+		}
+		return fmt.Sprintf("cold run %d/%d", r.Index+1, k)
+	}
+	return fmt.Sprintf("run %d/%d", r.Index+1, n)
 }
 
 // spread puts left and right on one line of width w, right-aligned.

@@ -22,11 +22,12 @@ func newDiffCmd() *cobra.Command {
 stage, the cold total and every request metric it prints both sides'
 min/median/max and the change of the median in %. A metric is called a
 REGRESSION only when it got slower by more than --threshold AND by more than
-the run-to-run spread of either side, so record several runs per side (or use
-the TUI's 'r' key for repeated cold runs) to make small changes count.
+the run-to-run spread of either side, so record several cold runs per side
+(treni-top run --cold-runs 5) to make small changes count.
 
 Exit status: 0 no regression, 1 regression, 2 unusable input. Put it in CI.`,
-		Example: `  treni-top diff main-1.jsonl main-2.jsonl main-3.jsonl --against pr-1.jsonl pr-2.jsonl pr-3.jsonl
+		Example: `  treni-top diff base.jsonl --against new.jsonl   # each recorded with run --cold-runs 5
+  treni-top diff main-1.jsonl main-2.jsonl main-3.jsonl --against pr-1.jsonl pr-2.jsonl pr-3.jsonl
   treni-top diff base.jsonl --against new.jsonl --threshold 0.05 --json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

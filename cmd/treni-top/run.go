@@ -27,12 +27,13 @@ import (
 // runOptions are run's own flags.
 type runOptions struct {
 	liveOptions
-	engine string
-	model  string
-	device string
-	load   string
-	url    string
-	evict  bool
+	engine   string
+	model    string
+	device   string
+	load     string
+	url      string
+	evict    bool
+	coldRuns int
 }
 
 func newRunCmd() *cobra.Command {
@@ -51,9 +52,19 @@ in its own process group, reads its log, polls its health endpoint every
 
 Interactive by default; --headless prints progress lines and ends with the
 report (--json for JSON), stopping the target after the warm requests unless
---keep-running.`,
+--keep-running.
+
+--cold-runs N records N independent cold starts in one session, one after
+the other: each a fresh process (its weights evicted and the eviction
+verified first with --evict-page-cache), each with its cold request and warm
+requests. They are the samples 'treni-top diff' compares. The first run that
+fails (the target crashes or never becomes healthy, a request fails, the
+eviction cannot be verified) ends the series: no later run is started, the
+session keeps the completed runs and the failed one (marked failed), and run
+exits 2 naming the failed run and how many completed.`,
 		Example: `  treni-top run --model ./qwen3-tiny
   treni-top run --headless --evict-page-cache --model ./qwen3-tiny
+  treni-top run --headless --cold-runs 5 --record base.jsonl --model ./qwen3-tiny
   treni-top run -- vllm serve Qwen/Qwen3-4B --port 8000
   OLLAMA_HOST=127.0.0.1:11500 treni-top run --headless --request-model synth -- ollama serve`,
 		Args: cobra.ArbitraryArgs,
@@ -67,7 +78,8 @@ report (--json for JSON), stopping the target after the warm requests unless
 	f.StringVar(&o.device, "device", "", "device for the built-in engine (cpu, cuda, cuda:1; default: the engine's choice)")
 	f.StringVar(&o.load, "load", "", "how the built-in engine takes the weights: mmap or copy (see treni-top serve --help; default: the engine's choice)")
 	f.StringVar(&o.url, "url", "", "the target's base URL for health and requests (default: inferred from the command, the server kind or its log)")
-	f.BoolVar(&o.evict, "evict-page-cache", false, "evict the weight files from the page cache before launch and record residency before and after")
+	f.BoolVar(&o.evict, "evict-page-cache", false, "evict the weight files from the page cache before each launch and record residency before and after")
+	f.IntVar(&o.coldRuns, "cold-runs", 1, "independent cold starts to record in this session, each a fresh process with its cold and warm requests (the samples diff compares)")
 	addLiveFlags(cmd, &o.liveOptions)
 	return cmd
 }
@@ -93,6 +105,9 @@ func addLiveFlags(cmd *cobra.Command, o *liveOptions) {
 func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := o.check(); err != nil {
 		return withExit(2, err)
+	}
+	if o.coldRuns < 1 {
+		return withExit(2, fmt.Errorf("--cold-runs %d: give the number of cold starts to record, 1 or more", o.coldRuns))
 	}
 	engine := o.engine
 	if engine == "" {
@@ -166,6 +181,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	h := sessions.NewHeader(version, clock.Start(), target)
 	h.GPUs = gpus
 	h.ModelFiles = sessions.ModelFilesOf(files)
+	h.ColdRuns = o.coldRuns
 
 	label := target.ServerKind
 	if label == "" || label == string(serverlog.KindUnknown) {
@@ -190,6 +206,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		WeightFiles:       wf.Get,
 		PageCache:         runner.PageCacheFuncs{},
 		EvictPageCache:    o.evict,
+		ColdRuns:          o.coldRuns,
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,
 		HealthTimeout:     o.timeout,

@@ -90,8 +90,17 @@ type Config struct {
 	WeightFiles func() []string
 	// PageCache measures and evicts; nil disables both.
 	PageCache PageCache
-	// EvictPageCache evicts the weight files before the first launch.
+	// EvictPageCache evicts the weight files (and verifies it) before
+	// each of the ColdRuns launches; a run whose eviction fails or cannot
+	// be verified fails before its launch (see ColdRuns).
 	EvictPageCache bool
+	// ColdRuns is how many independent cold starts Run records before it
+	// serves the controller's actions (0 or 1: one). Each is a fresh
+	// process with its own cold request and warm requests, evicted first
+	// with EvictPageCache. The first run that fails ends the series: the
+	// runs after it are not started, so a session never holds silently
+	// fewer runs than asked (Run's error says how many completed).
+	ColdRuns int
 	// Warmup and Repeat count the warm-up (not measured) and measured warm
 	// requests after cold_1.
 	Warmup, Repeat int
@@ -155,6 +164,12 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = 10 * time.Second
 	}
+	if cfg.ColdRuns <= 0 {
+		cfg.ColdRuns = 1
+	}
+	if cfg.Attached && cfg.ColdRuns > 1 {
+		return nil, errors.New("runner: an attached server has no cold start to repeat; ColdRuns must be 1")
+	}
 	r := &Runner{cfg: cfg, cmds: make(chan command, 8), extra: map[int]int{}}
 	var samplers []probe.Sampler
 	if cfg.Samplers != nil {
@@ -212,12 +227,13 @@ func (r *Runner) marker(run int, name string, attrs trace.Attrs) {
 	r.emit(trace.Event{Kind: trace.KindMarker, Run: run, Marker: &trace.Marker{Name: name, Attrs: attrs}})
 }
 
-// Run launches the target, runs the cold sequence and then serves the
-// controller's actions, sampling all along, until ctx ends or Quit is
-// called (or, with ExitAfterSequence, until the first sequence is done).
-// It stops the target before returning. The error is the first cold run's
-// failure when ExitAfterSequence is set; otherwise failures are reported on
-// the event stream and Run returns nil on a quit.
+// Run launches the target and runs the cold sequence, ColdRuns times (each
+// a fresh launch), then serves the controller's actions, sampling all
+// along, until ctx ends or Quit is called (or, with ExitAfterSequence,
+// until the planned cold runs are done). It stops the target before
+// returning. The error is the failed cold run's when ExitAfterSequence is
+// set; otherwise failures are reported on the event stream and Run returns
+// nil on a quit.
 func (r *Runner) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -242,7 +258,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.scrape.wait()
 	}()
 
-	err := r.coldRun(ctx, 0, r.cfg.EvictPageCache)
+	err := r.plannedRuns(ctx)
 	if r.cfg.ExitAfterSequence {
 		if ctx.Err() != nil && err != nil {
 			return fmt.Errorf("interrupted: %w", err)
@@ -257,16 +273,52 @@ func (r *Runner) Run(ctx context.Context) error {
 			switch c {
 			case cmdColdRun, cmdEvictRestart:
 				r.stopTarget()
-				r.mu.Lock()
-				r.run++
-				n := r.run
-				r.mu.Unlock()
-				_ = r.coldRun(ctx, n, c == cmdEvictRestart)
+				_ = r.coldRun(ctx, r.nextRun(), c == cmdEvictRestart)
 			case cmdWarmProbe:
 				r.warmProbe(ctx)
 			}
 		}
 	}
+}
+
+// plannedRuns records the ColdRuns cold starts one after the other, each
+// after the previous target has stopped, and stops at the first that
+// fails: later runs would most likely fail the same way (a crash, a port in
+// use, an eviction that cannot be verified) and, for up to --timeout each,
+// add nothing a comparison could use.
+func (r *Runner) plannedRuns(ctx context.Context) error {
+	n := r.cfg.ColdRuns
+	for i := 0; i < n; i++ {
+		run := 0
+		if i > 0 {
+			r.stopTarget()
+			run = r.nextRun()
+		}
+		err := r.coldRun(ctx, run, r.cfg.EvictPageCache)
+		switch {
+		case err != nil && n > 1 && ctx.Err() == nil:
+			return fmt.Errorf("cold run %d of %d failed, so %s not started (the session holds %s): %w", i+1, n, plural(n-i-1, "the run after it was", "the %d runs after it were"), plural(i, "1 complete cold run", "%d complete cold runs"), err)
+		case err != nil || ctx.Err() != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// plural is one when n is 1, else many with n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
+}
+
+// nextRun advances the run index for a new cold run and returns it.
+func (r *Runner) nextRun() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.run++
+	return r.run
 }
 
 // stopTarget stops the current target, if any, and waits for it.
@@ -299,10 +351,11 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 		var err error
 		evicted, err = r.pageCacheEvidence(run, evict)
 		if err != nil && evict {
-			// The user asked for a page-cache-cold run; going on would
-			// label nothing wrongly (the markers say what happened), but
-			// they should know at once.
-			r.marker(run, trace.MarkerRunFailed, trace.Attrs{"error": err.Error(), "stage": "evict"})
+			// The user asked for a page-cache-cold run. Launching anyway
+			// would record a run that is not what was asked for (and,
+			// among --cold-runs, mix warm starts into the cold ones), so
+			// the run fails before its launch; the markers say why.
+			return err
 		}
 	}
 	if r.cfg.Attached {
@@ -310,7 +363,12 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 		// analysis read "session start → healthy" as one.
 		r.marker(run, trace.MarkerAttached, nil)
 	} else {
-		r.marker(run, trace.MarkerRunStart, trace.Attrs{"run": run, "page_cache_evicted": evicted})
+		attrs := trace.Attrs{"run": run, "page_cache_evicted": evicted}
+		if n := r.cfg.ColdRuns; n > 1 && run < n {
+			// Its place in the series --cold-runs asked for.
+			attrs["cold_runs"] = n
+		}
+		r.marker(run, trace.MarkerRunStart, attrs)
 	}
 	t, err := r.cfg.Launcher.Launch(ctx, run)
 	if err != nil {

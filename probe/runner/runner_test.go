@@ -68,6 +68,9 @@ type fakeLauncher struct {
 	mu        sync.Mutex
 	targets   []*fakeTarget
 	healthErr error
+	// failRun, when set, is the one run whose target never becomes
+	// healthy (with healthErr).
+	failRun *int
 }
 
 func (l *fakeLauncher) Launch(_ context.Context, run int) (Target, error) {
@@ -79,6 +82,9 @@ func (l *fakeLauncher) Launch(_ context.Context, run int) (Target, error) {
 		}
 	}
 	t := &fakeTarget{run: run, healthErr: l.healthErr, exited: make(chan struct{})}
+	if l.failRun != nil && *l.failRun != run {
+		t.healthErr = nil
+	}
 	l.targets = append(l.targets, t)
 	return t, nil
 }
@@ -250,22 +256,120 @@ func TestEvictionEvidence(t *testing.T) {
 func TestEvictionNotVerifiedIsNotCold(t *testing.T) {
 	files := func() []string { return []string{"model.safetensors"} }
 	pc := &fakeCache{resident: 100, total: 100, leave: 60}
-	r, s, _, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.WeightFiles = files; c.EvictPageCache = true })
-	if err := r.Run(context.Background()); err != nil {
-		t.Fatal(err)
+	r, s, l, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.WeightFiles = files; c.EvictPageCache = true })
+	err := r.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "not page-cache cold") {
+		t.Fatalf("Run after an eviction that left 60%% resident: %v, want the run failed as not page-cache cold", err)
 	}
 	ev := s.markers(trace.MarkerEvicted)
 	if len(ev) != 1 || ev[0].Marker.Attrs["ok"] != false {
 		t.Fatalf("evicted markers %+v", ev)
 	}
-	if st := s.markers(trace.MarkerRunStart); st[0].Marker.Attrs["page_cache_evicted"] != false {
-		t.Error("a run whose eviction left 60% resident was labelled page-cache cold")
+	// The run was asked to be page-cache cold and is not: it is not
+	// launched at all, rather than recorded as something it is not.
+	if len(l.all()) != 0 || len(s.markers(trace.MarkerRunStart)) != 0 {
+		t.Errorf("launched after an unverified eviction: %d targets", len(l.all()))
+	}
+	if f := s.markers(trace.MarkerRunFailed); len(f) != 1 {
+		t.Errorf("run_failed markers %d, want 1", len(f))
 	}
 	// Without weight files, --evict-page-cache must say so, not pretend.
 	r2, s2, _, _ := newTest(t, func(c *Config) { c.PageCache = pc; c.EvictPageCache = true })
-	_ = r2.Run(context.Background())
+	if err := r2.Run(context.Background()); err == nil {
+		t.Error("eviction without weight files: Run succeeded")
+	}
 	if ev := s2.markers(trace.MarkerEvicted); len(ev) != 1 || ev[0].Marker.Attrs["ok"] != false {
 		t.Errorf("eviction without files: %+v", ev)
+	}
+}
+
+// TestColdRuns: ColdRuns 3 is three launches one after the other (each
+// after the previous target stopped), each evicted first and with its own
+// cold sequence, each run_start saying its place in the series.
+func TestColdRuns(t *testing.T) {
+	files := func() []string { return []string{"model.safetensors"} }
+	pc := &fakeCache{resident: 100, total: 100, leave: 0}
+	r, s, l, p := newTest(t, func(c *Config) {
+		c.ColdRuns = 3
+		c.Repeat = 1
+		c.PageCache, c.WeightFiles, c.EvictPageCache = pc, files, true
+	})
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts := l.all()
+	if len(ts) != 3 {
+		t.Fatalf("%d launches, want 3", len(ts))
+	}
+	for i, tg := range ts {
+		if tg.run != i || !tg.isStopped() {
+			t.Errorf("launch %d: run %d, stopped %v", i, tg.run, tg.isStopped())
+		}
+	}
+	if pc.evictions != 3 {
+		t.Errorf("%d evictions, want one before each of the 3 launches", pc.evictions)
+	}
+	starts := s.markers(trace.MarkerRunStart)
+	if len(starts) != 3 {
+		t.Fatalf("%d run_start markers, want 3", len(starts))
+	}
+	for i, st := range starts {
+		n, _ := st.Marker.Attrs.Float("cold_runs")
+		if st.Run != i || n != 3 || st.Marker.Attrs["page_cache_evicted"] != true {
+			t.Errorf("run_start %d: run %d attrs %v", i, st.Run, st.Marker.Attrs)
+		}
+	}
+	want := []string{"cold_1", "warmup_1", "warm_1", "cold_1", "warmup_1", "warm_1", "cold_1", "warmup_1", "warm_1"}
+	if got := p.labels(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("probes %v, want %v", got, want)
+	}
+	if r.RunIndex() != 2 {
+		t.Errorf("run index %d after three runs, want 2", r.RunIndex())
+	}
+}
+
+// TestColdRunsStopAtFailure: the series ends at the first failed run, and
+// Run's error names it and what completed.
+func TestColdRunsStopAtFailure(t *testing.T) {
+	fail := 1
+	r, s, l, _ := newTest(t, func(c *Config) { c.ColdRuns = 3 })
+	l.healthErr = errors.New("target exited before it became healthy (exit status 1)")
+	l.failRun = &fail
+	err := r.Run(context.Background())
+	if err == nil {
+		t.Fatal("Run succeeded although cold run 2 never became healthy")
+	}
+	for _, want := range []string{"cold run 2 of 3 failed", "the run after it was not started", "holds 1 complete cold run)", "exit status 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if n := len(l.all()); n != 2 {
+		t.Errorf("%d launches, want 2 (none after the failed run)", n)
+	}
+	if f := s.markers(trace.MarkerRunFailed); len(f) != 1 || f[0].Run != 1 {
+		t.Errorf("run_failed markers %+v, want one on run 1", f)
+	}
+}
+
+// TestColdRunsThenKeys: without ExitAfterSequence (the TUI) the series
+// runs first and a new cold run from the r key follows it.
+func TestColdRunsThenKeys(t *testing.T) {
+	r, s, l, _ := newTest(t, func(c *Config) { c.ExitAfterSequence = false; c.ColdRuns = 2; c.Warmup = 0; c.Repeat = 0 })
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	waitFor(t, func() bool { return len(s.markers(trace.MarkerSequenceDone)) == 2 })
+	r.NewColdRun()
+	waitFor(t, func() bool { return len(s.markers(trace.MarkerSequenceDone)) == 3 })
+	r.Quit()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ts := l.all(); len(ts) != 3 || ts[2].run != 2 {
+		t.Fatalf("targets %d, want 3 with the r key's as run 2", len(ts))
+	}
+	if st := s.markers(trace.MarkerRunStart); st[2].Marker.Attrs["cold_runs"] != nil {
+		t.Errorf("the r key's run claims a place in the series: %v", st[2].Marker.Attrs)
 	}
 }
 
@@ -281,6 +385,12 @@ func TestCrashBeforeHealthy(t *testing.T) {
 	}
 	if len(s.markers(trace.MarkerRunFailed)) != 1 {
 		t.Error("no run_failed marker")
+	}
+}
+
+func TestAttachedHasNoColdRuns(t *testing.T) {
+	if _, err := New(Config{Sink: &sink{}, Launcher: &fakeLauncher{}, Attached: true, ColdRuns: 2}); err == nil {
+		t.Error("an attached runner accepted ColdRuns 2")
 	}
 }
 
