@@ -85,3 +85,29 @@ func TestFailedRunIsMarked(t *testing.T) {
 		t.Errorf("Markdown report:\n%s", md)
 	}
 }
+
+// TestNeverLaunchedRun: a run that failed before its launch (its port was
+// taken) has no cold window, the report says it was not launched, and the
+// diagnosis is the previous run's.
+func TestNeverLaunchedRun(t *testing.T) {
+	evs := coldRun(0, 0, 1, []float64{20, 21, 22})
+	evs = append(evs,
+		trace.Event{At: 3 * time.Second, Run: 1, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart}},
+		trace.Event{At: 3*time.Second + d(2), Run: 1, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunFailed,
+			Attrs: trace.Attrs{"error": "launch run 1: http://127.0.0.1:8000 is taken before the launch: port 8000 is held by pid 42 (vllm serve)"}}})
+	s := &Session{Events: evs}
+	runs := s.Runs()
+	if len(runs) != 2 || runs[0].NeverLaunched() || !runs[1].NeverLaunched() || runs[1].ColdTotal() != 0 {
+		t.Fatalf("runs %+v", runs)
+	}
+	md := BuildReport(s).Markdown()
+	if !strings.Contains(md, "## Run 1: not launched\n\n**This run failed before its launch: launch run 1: http://127.0.0.1:8000 is taken") {
+		t.Errorf("report:\n%s", md)
+	}
+	if d := Diagnose(evs); d.Run != 0 || d.ColdTotalMS == 0 {
+		t.Errorf("diagnosis of run %d (cold %v ms), want run 0's", d.Run, d.ColdTotalMS)
+	}
+	if d := Diagnose(evs[len(evs)-2:]); !strings.Contains(d.Summary, "no cold run recorded yet") {
+		t.Errorf("only a never-launched run: %q", d.Summary)
+	}
+}

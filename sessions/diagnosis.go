@@ -147,6 +147,10 @@ type RunFacts struct {
 // Diagnose evaluates the decision table on the last cold run of events.
 func Diagnose(events []trace.Event) Diagnosis {
 	runs := Analyze(events)
+	for len(runs) > 0 && runs[len(runs)-1].NeverLaunched() {
+		// A run that failed before its launch has nothing to diagnose.
+		runs = runs[:len(runs)-1]
+	}
 	if len(runs) == 0 {
 		d := Diagnosis{Summary: "insufficient evidence: no cold run recorded yet"}
 		for _, r := range rules() {

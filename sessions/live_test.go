@@ -15,7 +15,8 @@ import (
 
 // TestPrintProgressMarkers: the headless transcript prints the markers a
 // live run printed and a replay used to drop (run_failed, gpu_status,
-// attached, a crash's log tail, residency, a late server kind).
+// attached, a crash's log tail, residency, a late server kind, the waits
+// for health).
 func TestPrintProgressMarkers(t *testing.T) {
 	bus := trace.NewBus()
 	sub := bus.Subscribe()
@@ -28,14 +29,18 @@ func TestPrintProgressMarkers(t *testing.T) {
 	mk(3, trace.MarkerKindDetected, trace.Attrs{"server_kind": "vllm"})
 	mk(4, trace.MarkerTargetCrashed, trace.Attrs{"log_tail": "CUDA out of memory\nexiting"})
 	mk(5, trace.MarkerRunFailed, trace.Attrs{"error": "the target exited before it was healthy"})
+	mk(6, trace.MarkerHealthWait, trace.Attrs{"url": "http://127.0.0.1:1/health", "reason": "connection refused", "timeout_s": 90.0})
+	mk(7, trace.MarkerHealthWait, trace.Attrs{"url": "", "reason": "no URL to poll: pass --url"})
 	bus.Close()
 	var out bytes.Buffer
 	if err := PrintProgress(context.Background(), &out, sub); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"gpu: no NVIDIA GPU: no driver", "attached (no cold start", "weights residency (before): 50.0% of 1.00 GiB",
+		"gpu: no NVIDIA GPU: no driver", "attaching: no cold start to trace (treni-top did not start this server)", "weights residency (before): 50.0% of 1.00 GiB",
 		"server kind detected from its output: vllm", "    | CUDA out of memory", "run_failed: the target exited before it was healthy",
+		"no healthy answer at http://127.0.0.1:1/health yet: connection refused; waiting for a server to come up (until --timeout 1m30s)",
+		"waiting: no URL to poll: pass --url",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("transcript lacks %q:\n%s", want, out.String())

@@ -154,7 +154,11 @@ func (p *progress) marker(e trace.Event) {
 		}
 		p.printf(e.At, e.Run, "cold run %d: launching%s", e.Run, of)
 	case trace.MarkerAttached:
-		p.printf(e.At, e.Run, "attached (no cold start: the server was already running)")
+		// Said before the first poll: nothing is known yet of the server
+		// but its URL (the healthy line or a wait line follows).
+		p.printf(e.At, e.Run, "attaching: no cold start to trace (treni-top did not start this server)")
+	case trace.MarkerHealthWait:
+		p.printf(e.At, e.Run, "%s", HealthWaitText(m))
 	case trace.MarkerHealthy:
 		p.healthyLine(e)
 	case trace.MarkerResidency:
@@ -196,6 +200,22 @@ func (p *progress) marker(e trace.Event) {
 		p.printf(e.At, e.Run, "replay restarted from the beginning")
 		p.reset()
 	}
+}
+
+// HealthWaitText is what a health_wait marker tells the user, in the
+// headless transcript and the TUI's status line: why the target is not
+// healthy yet and how long treni-top waits for it.
+func HealthWaitText(m *trace.Marker) string {
+	reason, _ := m.Attrs.String("reason")
+	url, _ := m.Attrs.String("url")
+	if url == "" {
+		return "waiting: " + reason
+	}
+	until := "until --timeout"
+	if s, ok := m.Attrs.Float("timeout_s"); ok && s > 0 {
+		until += " " + time.Duration(s*float64(time.Second)).String()
+	}
+	return fmt.Sprintf("no healthy answer at %s yet: %s; waiting for a server to come up (%s)", url, reason, until)
 }
 
 // healthyLine prints the first healthy marker of a run, with the time

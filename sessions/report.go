@@ -163,6 +163,14 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 	if numbered {
 		title = fmt.Sprintf("Run %d: cold start", run.Index)
 	}
+	if run.ColdEnd == ColdEndNone && run.Failed != "" && len(run.Requests.Rows) == 0 {
+		title = "Cold start"
+		if numbered {
+			title = fmt.Sprintf("Run %d", run.Index)
+		}
+		fmt.Fprintf(b, "\n## %s: not launched\n\n**This run failed before its launch: %s.**\n", title, run.Failed)
+		return
+	}
 	if run.ColdEnd == ColdEndNone {
 		if len(run.Requests.Rows) > 0 && run.Requests.Rows[0].Phase != trace.PhaseBench {
 			fmt.Fprintf(b, "\n## Requests (no cold start: the server was already running)\n")

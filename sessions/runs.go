@@ -45,6 +45,12 @@ type Run struct {
 	Failed string `json:"failed,omitempty"`
 }
 
+// NeverLaunched reports a run that failed before anything was started:
+// it has its failure and nothing else.
+func (r Run) NeverLaunched() bool {
+	return r.Failed != "" && r.ColdEndKind == ColdEndNone && len(r.Spans) == 0 && len(r.Requests) == 0
+}
+
 // ColdTotal is the length of the cold window.
 func (r Run) ColdTotal() time.Duration { return r.ColdEnd - r.Start }
 
@@ -72,6 +78,7 @@ func Analyze(events []trace.Event) []Run {
 		reqs     map[string]trace.Request
 		reqOrder []string
 		lastAt   time.Duration
+		spawned  bool // a process start was seen
 	}
 	byRun := map[int]*acc{}
 	get := func(i int) *acc {
@@ -104,6 +111,7 @@ func Analyze(events []trace.Event) []Run {
 			switch e.Process.Action {
 			case trace.ProcessStart:
 				setStart(e.At)
+				a.spawned = true
 			case trace.ProcessExit:
 				p := *e.Process
 				a.run.Exit = &p
@@ -155,6 +163,15 @@ func Analyze(events []trace.Event) []Run {
 		}
 		sort.SliceStable(r.Requests, func(i, j int) bool { return r.Requests[i].Sent < r.Requests[j].Sent })
 		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
+			continue
+		}
+		if r.Failed != "" && !a.spawned && len(r.Spans) == 0 && len(r.Requests) == 0 {
+			// It failed before its launch (the port was taken, the
+			// eviction could not be verified): nothing ran, so there is
+			// no cold window to time, only the failure to report.
+			r.ColdEndKind = ColdEndNone
+			r.ColdEnd = r.Start
+			runs = append(runs, r)
 			continue
 		}
 		if !launched(r, a.hasStart) {

@@ -378,6 +378,11 @@ const (
 	// its output after the process start event went out as unknown (attrs:
 	// server_kind).
 	MarkerKindDetected = "server_kind_detected"
+	// MarkerHealthWait says why the target is not healthy yet and that
+	// treni-top waits for it (attrs: url, reason, timeout_s when known):
+	// at once when an attached server does not answer, and when no URL to
+	// poll could be inferred, so the wait is never silent.
+	MarkerHealthWait = "health_wait"
 )
 
 // Marker is a named instant with attributes.

@@ -138,6 +138,9 @@ type Model struct {
 	lastTick time.Time
 	// bench is the live bench's progress (nil without Options.Bench).
 	bench *benchLive
+	// waitStatus is the status a health_wait marker set, cleared with it
+	// once the target is healthy (statusFromMarkers).
+	waitStatus string
 }
 
 func newModel(opts Options, probeBackground bool) Model {
@@ -345,6 +348,7 @@ func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
 		return m, waitEventsTick(m.opts.Sub, m.tickPeriod())
 	}
 	var cmds []tea.Cmd
+	m.statusFromMarkers(msg.evs)
 	if m.paused {
 		m.pending = append(m.pending, msg.evs...)
 	} else {

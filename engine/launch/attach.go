@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/trace/serverlog"
@@ -19,6 +20,12 @@ type AttachSpec struct {
 	// Kind forces the server kind ("" probes as a generic OpenAI server;
 	// ollama switches the health path).
 	Kind serverlog.Kind
+	// APIKey, when set, is sent as "Authorization: Bearer KEY" with every
+	// health poll.
+	APIKey string
+	// HealthWait is how long the caller waits for the server to answer
+	// (--timeout), for the message that says it waits.
+	HealthWait time.Duration
 }
 
 // Attach wraps a running server. It polls health in the background (the
@@ -37,7 +44,7 @@ func Attach(ctx context.Context, spec AttachSpec, sink trace.Sink, clock trace.C
 			return nil, fmt.Errorf("attach: no process %d on this machine (%w); drop --pid to attach without process samplers", spec.PID, err)
 		}
 	}
-	p := newProcess(Spec{URL: spec.URL, Kind: spec.Kind}, sink, clock, run)
+	p := newProcess(Spec{URL: spec.URL, Kind: spec.Kind, APIKey: spec.APIKey, HealthWait: spec.HealthWait}, sink, clock, run)
 	p.attached = true
 	p.pid = spec.PID
 	p.kind = spec.Kind

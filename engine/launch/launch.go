@@ -60,6 +60,12 @@ type Spec struct {
 	Grace time.Duration
 	// HealthInterval overrides HealthInterval (tests).
 	HealthInterval time.Duration
+	// APIKey, when set, is sent as "Authorization: Bearer KEY" with every
+	// health poll.
+	APIKey string
+	// HealthWait is how long the caller waits for healthy (--timeout),
+	// for the messages that say so; 0: not said.
+	HealthWait time.Duration
 }
 
 // Exit is how the target ended.
@@ -98,6 +104,13 @@ type Process struct {
 	tail         []string
 	known        map[int]uint64 // every tree member seen: pid → start time
 	exit         *Exit
+	// lastPoll is the last health poll's outcome ("URL: reason"), and
+	// waitReason the last reason a health_wait marker said.
+	lastPoll, waitReason string
+	// healthErr ends the wait for healthy: a foreign listener, a refused
+	// key. unhealthy is closed when it is set.
+	healthErr error
+	unhealthy chan struct{}
 
 	stopping atomic.Bool
 	stopOnce sync.Once
@@ -129,6 +142,13 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 	}
 	p.parser = serverlog.NewParser(p.kind, clock)
 	p.setURL(spec)
+	if base := p.BaseURL(); base != "" {
+		// Whatever answers there now is not the target: timing it would
+		// report another server's health and TTFT as the launch's.
+		if err := checkPortFree(ctx, base, procFS("/proc")); err != nil {
+			return nil, err
+		}
+	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -197,11 +217,12 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 func newProcess(spec Spec, sink trace.Sink, clock trace.Clock, run int) *Process {
 	return &Process{
 		spec: spec, sink: sink, clock: clock, run: run,
-		known:   map[int]uint64{},
-		healthy: make(chan struct{}),
-		reaped:  make(chan struct{}),
-		exited:  make(chan struct{}),
-		done:    make(chan struct{}),
+		known:     map[int]uint64{},
+		healthy:   make(chan struct{}),
+		unhealthy: make(chan struct{}),
+		reaped:    make(chan struct{}),
+		exited:    make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 }
 
@@ -296,11 +317,17 @@ func (p *Process) Tail() []string {
 	return append([]string(nil), p.tail...)
 }
 
-// WaitHealthy blocks until the target is healthy, has exited, or ctx ends.
+// WaitHealthy blocks until the target is healthy, has exited, the wait
+// failed (another process holds the listener, the server wants an API
+// key), or ctx ends.
 func (p *Process) WaitHealthy(ctx context.Context) error {
 	select {
 	case <-p.healthy:
 		return nil
+	case <-p.unhealthy:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.healthErr
 	case <-p.exited:
 		// Both may be ready; healthy wins.
 		select {
@@ -311,9 +338,28 @@ func (p *Process) WaitHealthy(ctx context.Context) error {
 		ex, _ := p.ExitStatus()
 		return fmt.Errorf("target exited before it became healthy (%s); see its log tail in the session or above", ex)
 	case <-ctx.Done():
-		return fmt.Errorf("target not healthy at %s: %w", p.BaseURL(), ctx.Err())
+		p.mu.Lock()
+		base, last := p.url, p.lastPoll
+		p.mu.Unlock()
+		if base == "" {
+			return &waitError{msg: "no URL to poll: none could be inferred from the command, the server kind or its output; pass --url http://HOST:PORT", err: ctx.Err()}
+		}
+		if last == "" {
+			last = base + ": not polled yet"
+		}
+		return &waitError{msg: "no healthy answer (last poll " + last + ")", err: ctx.Err()}
 	}
 }
+
+// waitError is a wait for healthy that ctx ended: the message says what
+// was seen, and it unwraps to ctx's error.
+type waitError struct {
+	msg string
+	err error
+}
+
+func (e *waitError) Error() string { return e.msg }
+func (e *waitError) Unwrap() error { return e.err }
 
 // Wait blocks until the target has exited and every watcher goroutine has
 // returned, and returns how it ended.

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,37 +214,28 @@ func TestCrashReportedWithTail(t *testing.T) {
 }
 
 func TestHealthPolling(t *testing.T) {
-	var polls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-			// An OpenAI server without /health: the poller must move on.
-			http.NotFound(w, r)
-		case "/v1/models":
-			if polls.Add(1) < 5 {
-				http.Error(w, "loading", http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprint(w, `{"data":[]}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
+	// An OpenAI server without /health that answers 503 while loading:
+	// the poller must move on to /v1/models and wait for its 200. The URL
+	// comes from its listening line.
 	c := &collector{}
-	script := fmt.Sprintf(`echo "INFO: Uvicorn running on %s (Press CTRL+C to quit)"; exec sleep 60`, srv.URL)
-	p, err := Start(context.Background(), Spec{Command: []string{"sh", "-c", script}}, c, trace.NewClock(), 0)
+	p, err := Start(context.Background(), serverSpec("loading", "127.0.0.1:0"), c, trace.NewClock(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Stop(time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p.BaseURL() != srv.URL {
-		t.Errorf("base URL from the listener line = %q, want %q", p.BaseURL(), srv.URL)
+	var listenURL string
+	for _, l := range c.logs() {
+		if u, ok := strings.CutPrefix(l, "INFO: Uvicorn running on "); ok {
+			listenURL, _, _ = strings.Cut(u, " ")
+		}
+	}
+	if listenURL == "" || p.BaseURL() != listenURL {
+		t.Errorf("base URL from the listener line = %q, want %q", p.BaseURL(), listenURL)
 	}
 	hm := c.markers(trace.MarkerHealthy)
 	if len(hm) != 1 {
@@ -253,6 +243,9 @@ func TestHealthPolling(t *testing.T) {
 	}
 	if path, _ := hm[0].Attrs.String("path"); path != "/v1/models" {
 		t.Errorf("healthy via %q, want /v1/models", path)
+	}
+	if owner, _ := hm[0].Attrs.String("listener"); owner != "target" {
+		t.Errorf("healthy marker's listener %q, want target (the launched tree holds the socket)", owner)
 	}
 	var ready *trace.Span
 	var healthyAt time.Duration
@@ -280,17 +273,16 @@ func TestHealthPolling(t *testing.T) {
 }
 
 func TestHealthFromFirstAcceptedConnection(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "ok")
-	}))
-	defer srv.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	spec := serverSpec("quiet", addr)
+	spec.URL = "http://" + addr + "/"
 	c := &collector{}
-	p, err := Start(context.Background(), Spec{Command: []string{"sleep", "60"}, URL: srv.URL + "/"}, c, trace.NewClock(), 0)
+	p, err := Start(context.Background(), spec, c, trace.NewClock(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Stop(time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)

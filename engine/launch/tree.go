@@ -20,8 +20,11 @@ type procInfo struct {
 // readStat parses /proc/PID/stat. The command name sits in parentheses and
 // may itself contain spaces and parentheses, so fields are counted from the
 // last ')'.
-func readStat(pid int) (procInfo, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+func readStat(pid int) (procInfo, error) { return readStatIn("/proc", pid) }
+
+// readStatIn is readStat under fs.
+func readStatIn(fs procFS, pid int) (procInfo, error) {
+	b, err := os.ReadFile(filepath.Join(string(fs), strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return procInfo{}, err
 	}

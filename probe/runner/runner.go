@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -123,6 +124,9 @@ type Config struct {
 	ServerMetrics bool
 	// ServerMetricsInterval is the scrape interval (0: scrape.DefaultInterval).
 	ServerMetricsInterval time.Duration
+	// Header goes with every /metrics scrape (the API key, as the prober
+	// and the health poll send it).
+	Header http.Header
 }
 
 // Runner runs one traced session of one target. Create it with New, call Run
@@ -383,6 +387,10 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			if t.BaseURL() == "" {
+				// Waiting longer would not help: nothing was polled.
+				return fmt.Errorf("target not healthy after %v: %w", r.cfg.HealthTimeout, err)
+			}
 			return fmt.Errorf("target not healthy after %v at %s (raise --timeout, or check --url): %w", r.cfg.HealthTimeout, t.BaseURL(), err)
 		}
 		return err
