@@ -31,7 +31,10 @@ func newAttachCmd() *cobra.Command {
 endpoint, sends the warm-up and warm requests, samples the process tree given
 by --pid (RSS, CPU, GPU memory) and the GPUs, and records a session. There are
 no cold stages: the server started before treni-top looked. Quitting stops
-watching; the server keeps running.`,
+watching; the server keeps running.
+
+Where nothing answers yet, attach says so at once (connection refused, or
+the HTTP status it got) and waits for the server to come up, until --timeout.`,
 		Example: `  treni-top attach http://127.0.0.1:8000 --pid 4242
   treni-top attach http://127.0.0.1:11434 --headless --request-model qwen2:0.5b`,
 		Args: cobra.ExactArgs(1),
@@ -52,7 +55,7 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 	if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
 		return withExit(2, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", rawURL))
 	}
-	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: serverlog.Kind(o.kind)}
+	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: serverlog.Kind(o.kind), APIKey: apiKey(o.apiKey), HealthWait: o.timeout}
 	gpus, device := gpuHeader()
 	clock := trace.NewClock()
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
@@ -75,6 +78,7 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 		Prober:            l.prober,
 		Samplers:          samplers.Build,
 		ServerMetrics:     true,
+		Header:            l.prober.Header,
 		Attached:          true,
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,

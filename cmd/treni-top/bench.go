@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -106,7 +105,7 @@ with --json.`,
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "send ignore_eos (vLLM, SGLang) so every request generates max_tokens")
 	f.BoolVar(&o.noUsage, "no-usage", false, "do not ask for stream usage (for servers that reject stream_options)")
 	f.BoolVar(&o.readStamps, "read-timestamps", false, "time tokens when treni-top reads them, not when the kernel received them (what most benchmarks do; for comparison)")
-	f.StringVar(&o.apiKey, "api-key", "", "bearer token sent as Authorization, for servers that require one")
+	f.StringVar(&o.apiKey, "api-key", "", `API key sent as "Authorization: Bearer KEY" with every request (default $OPENAI_API_KEY)`)
 	f.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	f.BoolVar(&o.tui, "tui", false, "show the bench live in the TUI (progress, rates, TTFT/ITL); the report is printed when you quit it")
 	return cmd
@@ -284,10 +283,7 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 // newClient builds the load client from the flags, asking the server for
 // its model when --model is not given.
 func (o *benchOptions) newClient(ctx context.Context, plan load.Plan, ep prober.Endpoint, clock trace.Clock) (*load.Client, error) {
-	header := http.Header{}
-	if o.apiKey != "" {
-		header.Set("Authorization", "Bearer "+o.apiKey)
-	}
+	header := prober.BearerHeader(apiKey(o.apiKey))
 	if o.model == "" {
 		m, err := load.DetectModel(ctx, o.url, header)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/launch"
 	"github.com/treni-top/treni-top/probe/gpu"
+	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
@@ -99,7 +100,20 @@ func addLiveFlags(cmd *cobra.Command, o *liveOptions) {
 	f.BoolVar(&o.keepRunning, "keep-running", false, "with --headless: keep sampling after the warm requests until interrupted")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for the target to become healthy")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGINT and SIGKILL when stopping the target")
+	f.StringVar(&o.apiKey, "api-key", "", apiKeyUsage)
 	addFleetFlags(f, &o.fleet)
+}
+
+// apiKeyUsage is the --api-key help of run, attach and bench.
+const apiKeyUsage = `API key sent as "Authorization: Bearer KEY" with every request to the server (health polls, probes, /metrics; default $OPENAI_API_KEY)`
+
+// apiKey is the key to send: the flag's, else $OPENAI_API_KEY (what the
+// OpenAI clients read), else none.
+func apiKey(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("OPENAI_API_KEY")
 }
 
 func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -160,6 +174,8 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		spec.URL = o.url
 	}
 	spec.Grace = o.grace
+	spec.APIKey = apiKey(o.apiKey)
+	spec.HealthWait = o.timeout
 	if target.ServerKind == "" {
 		target.ServerKind = string(serverlog.DetectKind(args, nil))
 	}
@@ -203,6 +219,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		Prober:            l.prober,
 		Samplers:          samplers.Build,
 		ServerMetrics:     true,
+		Header:            l.prober.Header,
 		WeightFiles:       wf.Get,
 		PageCache:         runner.PageCacheFuncs{},
 		EvictPageCache:    o.evict,
@@ -259,7 +276,7 @@ func demoModel(ctx context.Context, progress io.Writer) (string, error) {
 
 // newProber is the request prober of the cold sequence.
 func newProber(o *liveOptions, sink trace.Sink, clock trace.Clock) *runner.HTTPProber {
-	return &runner.HTTPProber{Sink: sink, Clock: clock, Prompt: o.prompt, MaxTokens: o.maxTokens, Model: o.reqModel}
+	return &runner.HTTPProber{Sink: sink, Clock: clock, Prompt: o.prompt, MaxTokens: o.maxTokens, Model: o.reqModel, Header: prober.BearerHeader(apiKey(o.apiKey))}
 }
 
 // The live runner is the TUI's controller.
@@ -280,6 +297,7 @@ type liveOptions struct {
 	reqModel    string
 	timeout     time.Duration
 	grace       time.Duration
+	apiKey      string
 	fleet       fleetOptions
 }
 

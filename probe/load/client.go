@@ -199,7 +199,7 @@ func (c *Client) Do(ctx context.Context, it Item, id, label string, phase trace.
 		if resp.StatusCode >= 500 {
 			r.ErrorKind = prober.KindHTTP5xx
 		}
-		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), prober.ErrorMessage(b))
+		r.Error = fmt.Sprintf("HTTP %d from %s: %s%s", resp.StatusCode, t.URL(), prober.ErrorMessage(b), prober.AuthHint(resp.StatusCode, hreq.Header.Get("Authorization") != ""))
 		return r
 	}
 	complete, malformed, err := c.read(resp.Body, &r, p, conn)
@@ -414,6 +414,9 @@ func DetectModel(ctx context.Context, baseURL string, header http.Header) (strin
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode != http.StatusOK {
+		if hint := prober.AuthHint(resp.StatusCode, req.Header.Get("Authorization") != ""); hint != "" {
+			return "", fmt.Errorf("GET %s: HTTP %d: %s%s", u, resp.StatusCode, prober.ErrorMessage(b), hint)
+		}
 		return "", fmt.Errorf("GET %s: HTTP %d: %s (pass --model)", u, resp.StatusCode, prober.ErrorMessage(b))
 	}
 	var list struct {

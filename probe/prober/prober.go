@@ -113,6 +113,28 @@ const (
 	KindServer      = "server_error" // an error object inside a 200 stream
 )
 
+// AuthHint is what to do about a 401 or 403 answer, for error messages:
+// the server wants an API key (keySent: it refused the one sent). It is
+// "" for any other status.
+func AuthHint(status int, keySent bool) string {
+	switch {
+	case status != http.StatusUnauthorized && status != http.StatusForbidden:
+		return ""
+	case keySent:
+		return " (the server refused the API key given: check --api-key or OPENAI_API_KEY)"
+	}
+	return " (the server wants an API key: pass --api-key KEY or set OPENAI_API_KEY)"
+}
+
+// BearerHeader is the header that carries key ("Authorization: Bearer
+// KEY"), nil for no key.
+func BearerHeader(key string) http.Header {
+	if key == "" {
+		return nil
+	}
+	return http.Header{"Authorization": {"Bearer " + key}}
+}
+
 // Message is one chat message.
 type Message struct {
 	Role    string `json:"role"`
@@ -367,7 +389,7 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 		if resp.StatusCode >= 500 {
 			r.ErrorKind = KindHTTP5xx
 		}
-		r.Error = fmt.Sprintf("HTTP %d from %s: %s", resp.StatusCode, t.URL(), ErrorMessage(b))
+		r.Error = fmt.Sprintf("HTTP %d from %s: %s%s", resp.StatusCode, t.URL(), ErrorMessage(b), AuthHint(resp.StatusCode, hreq.Header.Get("Authorization") != ""))
 		return res
 	}
 	s := &stream{c: c, res: &res, arrived: arrived}

@@ -37,6 +37,9 @@ type HTTPProber struct {
 	// a traced server's request spans join the session's trace (see
 	// sessions/otelexport).
 	TraceContext prober.TraceContextFunc
+	// Header goes with every request, the model lookup too (the API key:
+	// prober.BearerHeader).
+	Header http.Header
 
 	mu     sync.Mutex
 	models map[string]string // base URL → discovered model
@@ -89,7 +92,7 @@ func (h *HTTPProber) Probe(ctx context.Context, t Target, p Probe) (trace.Reques
 	if err != nil {
 		return trace.Request{}, err
 	}
-	tmpl := prober.Template{BaseURL: base, Endpoint: ep, Model: model, Prompt: h.Prompt, MaxTokens: h.MaxTokens}
+	tmpl := prober.Template{BaseURL: base, Endpoint: ep, Model: model, Prompt: h.Prompt, MaxTokens: h.MaxTokens, Header: h.Header}
 	zero := 0.0
 	tmpl.Temperature = &zero // greedy: the same work every run
 	switch {
@@ -134,8 +137,13 @@ func (h *HTTPProber) model(ctx context.Context, base string, ep prober.Endpoint)
 	if ok {
 		return m, nil
 	}
-	m, err := listFirstModel(ctx, base, ep == prober.OllamaGenerate || ep == prober.OllamaChat)
-	if err != nil {
+	m, err := listFirstModel(ctx, base, ep == prober.OllamaGenerate || ep == prober.OllamaChat, h.Header)
+	var ae authError
+	switch {
+	case errors.As(err, &ae):
+		// A model name would not help: the server wants a key first.
+		return "", fmt.Errorf("find the model to request: %w", err)
+	case err != nil:
 		return "", fmt.Errorf("find the model to request (pass --request-model NAME): %w", err)
 	}
 	h.mu.Lock()
@@ -147,7 +155,12 @@ func (h *HTTPProber) model(ctx context.Context, base string, ep prober.Endpoint)
 	return m, nil
 }
 
-func listFirstModel(ctx context.Context, base string, ollama bool) (string, error) {
+// authError is a 401 or 403 answer: the server wants an API key.
+type authError string
+
+func (e authError) Error() string { return string(e) }
+
+func listFirstModel(ctx context.Context, base string, ollama bool, header http.Header) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	path := "/v1/models"
@@ -157,6 +170,11 @@ func listFirstModel(ctx context.Context, base string, ollama bool) (string, erro
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
 	if err != nil {
 		return "", err
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -168,6 +186,9 @@ func listFirstModel(ctx context.Context, base string, ollama bool) (string, erro
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
+		if hint := prober.AuthHint(resp.StatusCode, req.Header.Get("Authorization") != ""); hint != "" {
+			return "", authError(fmt.Sprintf("GET %s: HTTP %d%s", path, resp.StatusCode, hint))
+		}
 		return "", fmt.Errorf("GET %s: HTTP %d", path, resp.StatusCode)
 	}
 	var v struct {

@@ -60,7 +60,7 @@ func (r *Runner) startScraper(ctx context.Context, run int, t Target) {
 	}
 	r.scrape.stop()
 	sctx, cancel := context.WithCancel(ctx)
-	s, err := scrape.Probe(sctx, nil, base)
+	s, err := scrape.Probe(sctx, nil, base, r.cfg.Header)
 	if err != nil {
 		cancel()
 		r.scrape.mu.Lock()

@@ -45,7 +45,7 @@ func TestLiveBuiltInEngine(t *testing.T) {
 		t.Fatal("engine not ready")
 	}
 
-	s, err := scrape.Probe(ctx, nil, base)
+	s, err := scrape.Probe(ctx, nil, base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/probe"
+	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -40,6 +41,7 @@ var ErrNoMetrics = errors.New("no server metrics page")
 type Sampler struct {
 	url    string
 	client *http.Client
+	header http.Header
 	family Family
 	prev   *Snapshot
 }
@@ -53,12 +55,13 @@ func MetricsURL(baseURL string) string {
 // Prometheus page of a known family, it returns a Sampler whose baseline is
 // this page (its first reading covers the time since Probe); otherwise the
 // error wraps ErrNoMetrics with a reason a user can act on. client nil
-// means a client with a 5 s timeout.
-func Probe(ctx context.Context, client *http.Client, baseURL string) (*Sampler, error) {
+// means a client with a 5 s timeout; header's fields (an API key) go with
+// every request.
+func Probe(ctx context.Context, client *http.Client, baseURL string, header http.Header) (*Sampler, error) {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
-	s := &Sampler{url: MetricsURL(baseURL), client: client}
+	s := &Sampler{url: MetricsURL(baseURL), client: client, header: header}
 	p, err := s.fetch(ctx)
 	if err != nil {
 		return nil, err
@@ -104,7 +107,9 @@ func (s *Sampler) Sample(ctx context.Context) ([]trace.Sample, error) {
 }
 
 // fetch GETs and parses the page.
-func (s *Sampler) fetch(ctx context.Context) (Page, error) { return Fetch(ctx, s.client, s.url, nil) }
+func (s *Sampler) fetch(ctx context.Context) (Page, error) {
+	return Fetch(ctx, s.client, s.url, s.header)
+}
 
 // Fetch GETs the Prometheus page at url with client, header's fields added
 // (an API key), and parses it. A page that is missing (not 200), HTML or
@@ -131,8 +136,11 @@ func Fetch(ctx context.Context, client *http.Client, url string, header http.Hea
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		hint := ""
-		if resp.StatusCode == http.StatusNotFound {
+		switch resp.StatusCode {
+		case http.StatusNotFound:
 			hint = " (llama-server needs --metrics, SGLang --enable-metrics)"
+		case http.StatusUnauthorized, http.StatusForbidden:
+			hint = prober.AuthHint(resp.StatusCode, req.Header.Get("Authorization") != "")
 		}
 		return nil, fmt.Errorf("%w: GET %s: %s%s", ErrNoMetrics, url, resp.Status, hint)
 	}

@@ -53,7 +53,7 @@ func TestProbeRefusesWhatIsNotAServerPage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			hs := httptest.NewServer(ps)
 			defer hs.Close()
-			s, err := Probe(context.Background(), nil, hs.URL)
+			s, err := Probe(context.Background(), nil, hs.URL, nil)
 			if s != nil || !errors.Is(err, ErrNoMetrics) {
 				t.Fatalf("Probe = %v, %v; want ErrNoMetrics", s, err)
 			}
@@ -65,7 +65,7 @@ func TestProbeRefusesWhatIsNotAServerPage(t *testing.T) {
 	hs := httptest.NewServer(http.NotFoundHandler())
 	url := hs.URL
 	hs.Close()
-	if _, err := Probe(context.Background(), nil, url); err == nil {
+	if _, err := Probe(context.Background(), nil, url, nil); err == nil {
 		t.Fatal("Probe of a closed port succeeded")
 	}
 }
@@ -75,7 +75,7 @@ func TestSamplerCoversEachInterval(t *testing.T) {
 	ps.set(v1Page{ttftCum: []float64{0, 0, 0, 0}, running: 0}.text())
 	hs := httptest.NewServer(ps)
 	defer hs.Close()
-	s, err := Probe(context.Background(), nil, hs.URL+"/")
+	s, err := Probe(context.Background(), nil, hs.URL+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	ps.set(v1Page{ttftCum: []float64{0, 0, 0, 0}, running: 2}.text())
 	hs := httptest.NewServer(ps)
 	defer hs.Close()
-	s, err := Probe(context.Background(), nil, hs.URL)
+	s, err := Probe(context.Background(), nil, hs.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
