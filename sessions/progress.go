@@ -215,7 +215,11 @@ func HealthWaitText(m *trace.Marker) string {
 	if s, ok := m.Attrs.Float("timeout_s"); ok && s > 0 {
 		until += " " + time.Duration(s*float64(time.Second)).String()
 	}
-	return fmt.Sprintf("no healthy answer at %s yet: %s; waiting for a server to come up (%s)", url, reason, until)
+	wait := "waiting for it to become healthy"
+	if reason == "connection refused" {
+		wait = "waiting for a server to come up"
+	}
+	return fmt.Sprintf("no healthy answer at %s yet: %s; %s (%s)", url, reason, wait, until)
 }
 
 // healthyLine prints the first healthy marker of a run, with the time

@@ -145,8 +145,16 @@ func TestPortHoldersFixture(t *testing.T) {
 	if !strings.Contains(own.String(), "in a container?") {
 		t.Errorf("own uid, no holder: %q", own.String())
 	}
-	if ph, _ := fs.portHolders(net.IPv4(10, 1, 2, 3), 8080); ph.Listening {
-		t.Errorf("[::1]:8080 reported for a connection to 10.1.2.3: %+v", ph)
+	for _, ip := range []net.IP{net.IPv4(10, 1, 2, 3), net.IPv4(127, 0, 0, 1)} {
+		if ph, _ := fs.portHolders(ip, 8080); ph.Listening {
+			t.Errorf("[::1]:8080 reported for a connection to %s: %+v", ip, ph)
+		}
+	}
+	if ph, _ := fs.portHolders(net.IPv6loopback, 8080); !ph.Listening {
+		t.Errorf("[::1]:8080 not reported for a connection to [::1]: %+v", ph)
+	}
+	if ph, _ := fs.portHolders(net.IPv6loopback, 8000); ph.Listening {
+		t.Errorf("0.0.0.0:8000 reported for a connection to [::1]: %+v", ph)
 	}
 	if ph, _ := fs.portHolders(net.IPv4(127, 0, 0, 1), 9); !ph.Known || ph.Listening {
 		t.Errorf("port 9: %+v, want known and free", ph)

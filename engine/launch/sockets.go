@@ -116,10 +116,11 @@ func socketInode(link string) (uint64, bool) {
 type procFS string
 
 // listenersOn returns the sockets listening on port that a connection to
-// ip would reach: bound to ip itself or to a wildcard address (any IP
-// family: a dual-stack "::" listener takes IPv4 connections too), or, for
-// a loopback ip, to any loopback address. known is false when no table
-// could be read (not Linux, or /proc hidden).
+// ip would reach, or that a server binding ip would collide with: bound
+// to ip itself, to a loopback address of the same family when ip is one,
+// or to a wildcard address ("0.0.0.0" for IPv4, "::" for both: a
+// dual-stack listener takes IPv4 connections too). known is false when no
+// table could be read (not Linux, or /proc hidden).
 func (fs procFS) listenersOn(ip net.IP, port int) (ls []listener, known bool, err error) {
 	for _, name := range []string{"tcp", "tcp6"} {
 		f, oerr := os.Open(filepath.Join(string(fs), "net", name))
@@ -133,12 +134,26 @@ func (fs procFS) listenersOn(ip net.IP, port int) (ls []listener, known bool, er
 		}
 		known = true
 		for _, l := range all {
-			if l.Port == port && (l.IP.IsUnspecified() || l.IP.Equal(ip) || (ip.IsLoopback() && l.IP.IsLoopback())) {
+			if l.Port == port && reaches(l.IP, ip) {
 				ls = append(ls, l)
 			}
 		}
 	}
 	return ls, known, nil
+}
+
+// reaches reports whether a socket bound to bound takes connections to ip.
+func reaches(bound, ip net.IP) bool {
+	v4 := ip.To4() != nil
+	switch {
+	case bound.Equal(ip):
+		return true
+	case bound.IsUnspecified():
+		return bound.To4() == nil || v4
+	case bound.IsLoopback() && ip.IsLoopback():
+		return (bound.To4() != nil) == v4
+	}
+	return false
 }
 
 // socketHolders finds the processes, among pids (nil: every process),
