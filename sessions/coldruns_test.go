@@ -87,8 +87,9 @@ func TestFailedRunIsMarked(t *testing.T) {
 }
 
 // TestNeverLaunchedRun: a run that failed before its launch (its port was
-// taken) has no cold window, the report says it was not launched, and the
-// diagnosis is the previous run's.
+// taken) has no cold window, the report says nothing was measured, and
+// the diagnosis is the previous run's. Without its run_start (the check
+// comes before it) it is still a run.
 func TestNeverLaunchedRun(t *testing.T) {
 	evs := coldRun(0, 0, 1, []float64{20, 21, 22})
 	evs = append(evs,
@@ -101,7 +102,7 @@ func TestNeverLaunchedRun(t *testing.T) {
 		t.Fatalf("runs %+v", runs)
 	}
 	md := BuildReport(s).Markdown()
-	if !strings.Contains(md, "## Run 1: not launched\n\n**This run failed before its launch: launch run 1: http://127.0.0.1:8000 is taken") {
+	if !strings.Contains(md, "## Run 1: nothing measured\n\n**This run failed before anything was measured: launch run 1: http://127.0.0.1:8000 is taken") {
 		t.Errorf("report:\n%s", md)
 	}
 	if d := Diagnose(evs); d.Run != 0 || d.ColdTotalMS == 0 {
@@ -109,5 +110,8 @@ func TestNeverLaunchedRun(t *testing.T) {
 	}
 	if d := Diagnose(evs[len(evs)-2:]); !strings.Contains(d.Summary, "no cold run recorded yet") {
 		t.Errorf("only a never-launched run: %q", d.Summary)
+	}
+	if runs := Analyze(evs[len(evs)-1:]); len(runs) != 1 || !runs[0].NeverLaunched() {
+		t.Errorf("a run_failed marker alone: %+v", runs)
 	}
 }

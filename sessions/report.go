@@ -168,7 +168,7 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		if numbered {
 			title = fmt.Sprintf("Run %d", run.Index)
 		}
-		fmt.Fprintf(b, "\n## %s: not launched\n\n**This run failed before its launch: %s.**\n", title, run.Failed)
+		fmt.Fprintf(b, "\n## %s: nothing measured\n\n**This run failed before anything was measured: %s.**\n", title, run.Failed)
 		return
 	}
 	if run.ColdEnd == ColdEndNone {

@@ -45,8 +45,8 @@ type Run struct {
 	Failed string `json:"failed,omitempty"`
 }
 
-// NeverLaunched reports a run that failed before anything was started:
-// it has its failure and nothing else.
+// NeverLaunched reports a run that failed before anything was started or
+// measured: it has its failure and nothing else.
 func (r Run) NeverLaunched() bool {
 	return r.Failed != "" && r.ColdEndKind == ColdEndNone && len(r.Spans) == 0 && len(r.Requests) == 0
 }
@@ -162,16 +162,17 @@ func Analyze(events []trace.Event) []Run {
 			}
 		}
 		sort.SliceStable(r.Requests, func(i, j int) bool { return r.Requests[i].Sent < r.Requests[j].Sent })
-		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
-			continue
-		}
 		if r.Failed != "" && !a.spawned && len(r.Spans) == 0 && len(r.Requests) == 0 {
-			// It failed before its launch (the port was taken, the
-			// eviction could not be verified): nothing ran, so there is
-			// no cold window to time, only the failure to report.
+			// It failed before anything was measured (the port was
+			// taken, the eviction could not be verified, an attached
+			// server never answered): no cold window to time, only the
+			// failure to report.
 			r.ColdEndKind = ColdEndNone
 			r.ColdEnd = r.Start
 			runs = append(runs, r)
+			continue
+		}
+		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
 			continue
 		}
 		if !launched(r, a.hasStart) {

@@ -216,6 +216,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
 			return launch.Start(ctx, spec, l.Bus, clock, run)
 		}),
+		BeforeLaunch:      func(ctx context.Context) error { return launch.CheckFree(ctx, spec) },
 		Prober:            l.prober,
 		Samplers:          samplers.Build,
 		ServerMetrics:     true,

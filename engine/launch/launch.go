@@ -130,7 +130,8 @@ type Process struct {
 // it: output lines become KindLog events (and stage spans through the
 // parser), health is polled every 10 ms, and the exit is reported. Every
 // event carries Run = run. When ctx ends the target is stopped with
-// spec.Grace. The caller must eventually call Stop or Wait.
+// spec.Grace. The caller must eventually call Stop or Wait, and should
+// call CheckFree first, before its clock for the cold start begins.
 func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, run int) (*Process, error) {
 	if len(spec.Command) == 0 {
 		return nil, errors.New("launch: no command given; pass the server command after --, e.g. treni-top run -- vllm serve MODEL")
@@ -142,13 +143,6 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 	}
 	p.parser = serverlog.NewParser(p.kind, clock)
 	p.setURL(spec)
-	if base := p.BaseURL(); base != "" {
-		// Whatever answers there now is not the target: timing it would
-		// report another server's health and TTFT as the launch's.
-		if err := checkPortFree(ctx, base, procFS("/proc")); err != nil {
-			return nil, err
-		}
-	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -235,11 +229,36 @@ func (p *Process) grace() time.Duration {
 
 // setURL decides the base URL before launch.
 func (p *Process) setURL(spec Spec) {
+	p.url, p.urlFixed = spec.baseURL(p.kind)
+}
+
+// baseURL is where the target of kind will answer, as far as is known
+// before its launch: URL, else inferred from the command (fixed: true for
+// both), else the kind's default port, else "".
+func (spec Spec) baseURL(kind serverlog.Kind) (string, bool) {
 	if spec.URL != "" {
-		p.url, p.urlFixed = strings.TrimRight(spec.URL, "/"), true
-		return
+		return strings.TrimRight(spec.URL, "/"), true
 	}
-	p.url, p.urlFixed = InferURL(spec.Command, spec.Env, p.kind)
+	return InferURL(spec.Command, spec.Env, kind)
+}
+
+// CheckFree refuses a launch of spec whose address already answers or has
+// a listener (a *PortInUseError naming its holder): whatever answers
+// there is not the target, and timing it would report another server's
+// health and TTFT as the launch's. A target whose URL is not known before
+// its launch passes (its first healthy answer is checked instead). It
+// reads the kernel's socket tables, so call it before the cold start's
+// clock begins.
+func CheckFree(ctx context.Context, spec Spec) error {
+	kind := spec.Kind
+	if kind == "" {
+		kind = serverlog.DetectKind(spec.Command, nil)
+	}
+	base, _ := spec.baseURL(kind)
+	if base == "" {
+		return nil
+	}
+	return checkPortFree(ctx, base, liveProc)
 }
 
 func (p *Process) emit(e trace.Event) {

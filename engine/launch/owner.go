@@ -112,7 +112,7 @@ func checkPortFree(ctx context.Context, base string, fs procFS) error {
 // a process started after the launch outside the tree (a server that
 // daemonized).
 func (p *Process) checkListener(ctx context.Context, base string) (string, error) {
-	return p.checkListenerIn(ctx, base, procFS("/proc"))
+	return p.checkListenerIn(ctx, base, liveProc)
 }
 
 func (p *Process) checkListenerIn(ctx context.Context, base string, fs procFS) (string, error) {

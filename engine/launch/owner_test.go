@@ -195,7 +195,7 @@ func TestCheckListenerFixture(t *testing.T) {
 }
 
 // TestPortTakenRefused: a listener already on the target's port (this test
-// process) refuses the launch, naming the holder, before anything starts.
+// process) refuses the launch, naming the holder.
 func TestPortTakenRefused(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -205,12 +205,7 @@ func TestPortTakenRefused(t *testing.T) {
 	addr := l.Addr().String()
 	spec := serverSpec("ok", addr)
 	spec.URL = "http://" + addr
-	c := &collector{}
-	p, err := Start(context.Background(), spec, c, trace.NewClock(), 0)
-	if err == nil {
-		p.Stop(time.Second)
-		t.Fatal("launched although the port was taken")
-	}
+	err = CheckFree(context.Background(), spec)
 	var pe *PortInUseError
 	if !errors.As(err, &pe) {
 		t.Fatalf("error %v is not a PortInUseError", err)
@@ -220,8 +215,13 @@ func TestPortTakenRefused(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if evs := c.events(); len(evs) != 0 {
-		t.Errorf("events emitted for a refused launch: %+v", evs)
+	// The URL inferred from the command (--addr) is checked the same way.
+	if err := CheckFree(context.Background(), Spec{Command: []string{"treni-top", "serve", "--addr", addr}}); !errors.As(err, &pe) {
+		t.Errorf("URL from the command: %v", err)
+	}
+	// Nothing known before the launch: nothing to check.
+	if err := CheckFree(context.Background(), Spec{Command: []string{"sleep", "60"}}); err != nil {
+		t.Errorf("no URL: %v", err)
 	}
 
 	// Where the socket tables cannot tell (here: a /proc without them), a
@@ -231,7 +231,7 @@ func TestPortTakenRefused(t *testing.T) {
 		t.Errorf("without tables: %v", err)
 	}
 	l.Close()
-	if err := checkPortFree(context.Background(), "http://"+addr, procFS("/proc")); err != nil {
+	if err := checkPortFree(context.Background(), "http://"+addr, liveProc); err != nil {
 		t.Errorf("a closed port: %v", err)
 	}
 }

@@ -1,11 +1,11 @@
 package launch
 
-// Who holds a listening TCP port: the kernel's socket tables
-// (/proc/net/tcp and tcp6) give the listening socket's inode, and a
-// process's descriptors (/proc/PID/fd/N → "socket:[INODE]") say which
-// process holds it. Used before a launch (is the target's port already
-// taken, and by whom?) and at the first healthy answer (is it the launched
-// tree that answers?). Outside Linux the tables do not exist and both
+// Who holds a listening TCP port: the kernel (inet_diag over netlink, or
+// the socket tables /proc/net/tcp and tcp6) gives the listening socket's
+// inode, and a process's descriptors (/proc/PID/fd/N → "socket:[INODE]")
+// say which process holds it. Used before a launch (is the target's port
+// already taken, and by whom?) and at the first healthy answer (is it the
+// launched tree that answers?). Outside Linux neither exists and both
 // questions get "unknown".
 
 import (
@@ -115,13 +115,24 @@ func socketInode(link string) (uint64, bool) {
 // fixture directory laid out the same way in tests.
 type procFS string
 
-// listenersOn returns the sockets listening on port that a connection to
-// ip would reach, or that a server binding ip would collide with: bound
-// to ip itself, to a loopback address of the same family when ip is one,
-// or to a wildcard address ("0.0.0.0" for IPv4, "::" for both: a
-// dual-stack listener takes IPv4 connections too). known is false when no
-// table could be read (not Linux, or /proc hidden).
-func (fs procFS) listenersOn(ip net.IP, port int) (ls []listener, known bool, err error) {
+// liveProc is this machine's /proc: its listeners come from the kernel's
+// inet_diag (diagListeners), the tables being the fallback.
+const liveProc procFS = "/proc"
+
+// allListeners lists the listening sockets of both families. known is
+// false when neither inet_diag nor a table could be read.
+func (fs procFS) allListeners() (ls []listener, known bool, err error) {
+	if fs == liveProc {
+		if ls, err := diagListeners(); err == nil {
+			return ls, true, nil
+		}
+	}
+	return fs.tableListeners()
+}
+
+// tableListeners reads the listening sockets from fs's net/tcp and
+// net/tcp6. known is false when neither table exists.
+func (fs procFS) tableListeners() (ls []listener, known bool, err error) {
 	for _, name := range []string{"tcp", "tcp6"} {
 		f, oerr := os.Open(filepath.Join(string(fs), "net", name))
 		if oerr != nil {
@@ -133,10 +144,25 @@ func (fs procFS) listenersOn(ip net.IP, port int) (ls []listener, known bool, er
 			return nil, true, fmt.Errorf("read %s/net/%s: %w", fs, name, perr)
 		}
 		known = true
-		for _, l := range all {
-			if l.Port == port && reaches(l.IP, ip) {
-				ls = append(ls, l)
-			}
+		ls = append(ls, all...)
+	}
+	return ls, known, nil
+}
+
+// listenersOn returns the sockets listening on port that a connection to
+// ip would reach, or that a server binding ip would collide with: bound
+// to ip itself, to a loopback address of the same family when ip is one,
+// or to a wildcard address ("0.0.0.0" for IPv4, "::" for both: a
+// dual-stack listener takes IPv4 connections too). known is false when no
+// table could be read (not Linux, or /proc hidden).
+func (fs procFS) listenersOn(ip net.IP, port int) (ls []listener, known bool, err error) {
+	all, known, err := fs.allListeners()
+	if err != nil {
+		return nil, known, err
+	}
+	for _, l := range all {
+		if l.Port == port && reaches(l.IP, ip) {
+			ls = append(ls, l)
 		}
 	}
 	return ls, known, nil

@@ -95,6 +95,11 @@ type Config struct {
 	// each of the ColdRuns launches; a run whose eviction fails or cannot
 	// be verified fails before its launch (see ColdRuns).
 	EvictPageCache bool
+	// BeforeLaunch, when set, is asked before each launch, after the
+	// eviction and before the run_start marker, so its time is not in the
+	// cold window: an error (the target's port already taken) fails the
+	// run without launching it.
+	BeforeLaunch func(ctx context.Context) error
 	// ColdRuns is how many independent cold starts Run records before it
 	// serves the controller's actions (0 or 1: one). Each is a fresh
 	// process with its own cold request and warm requests, evicted first
@@ -359,6 +364,11 @@ func (r *Runner) coldRunInner(ctx context.Context, run int, evict bool) error {
 			// would record a run that is not what was asked for (and,
 			// among --cold-runs, mix warm starts into the cold ones), so
 			// the run fails before its launch; the markers say why.
+			return err
+		}
+	}
+	if !r.cfg.Attached && r.cfg.BeforeLaunch != nil {
+		if err := r.cfg.BeforeLaunch(ctx); err != nil {
 			return err
 		}
 	}

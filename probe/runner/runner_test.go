@@ -388,6 +388,36 @@ func TestCrashBeforeHealthy(t *testing.T) {
 	}
 }
 
+// TestBeforeLaunch: the check runs before each run_start (outside the
+// cold window), and a refusal fails the run without a launch.
+func TestBeforeLaunch(t *testing.T) {
+	var starts int
+	var s *sink
+	r, s, l, _ := newTest(t, func(c *Config) {
+		c.ColdRuns = 2
+		c.BeforeLaunch = func(context.Context) error {
+			starts = len(s.markers(trace.MarkerRunStart))
+			return nil
+		}
+	})
+	if err := r.Run(context.Background()); err != nil || len(l.all()) != 2 {
+		t.Fatalf("Run: %v, %d launches", err, len(l.all()))
+	}
+	if starts != 1 {
+		t.Errorf("the second check saw %d run_start markers, want 1 (it comes before its own)", starts)
+	}
+	r, s, l, _ = newTest(t, func(c *Config) {
+		c.BeforeLaunch = func(context.Context) error { return errors.New("http://127.0.0.1:8000 is taken before the launch") }
+	})
+	err := r.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "taken before the launch") {
+		t.Errorf("Run after a refused check: %v", err)
+	}
+	if len(l.all()) != 0 || len(s.markers(trace.MarkerRunStart)) != 0 || len(s.markers(trace.MarkerRunFailed)) != 1 {
+		t.Errorf("refused check: %d launches, %d run_start, %d run_failed; want 0, 0, 1", len(l.all()), len(s.markers(trace.MarkerRunStart)), len(s.markers(trace.MarkerRunFailed)))
+	}
+}
+
 func TestAttachedHasNoColdRuns(t *testing.T) {
 	if _, err := New(Config{Sink: &sink{}, Launcher: &fakeLauncher{}, Attached: true, ColdRuns: 2}); err == nil {
 		t.Error("an attached runner accepted ColdRuns 2")
