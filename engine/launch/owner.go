@@ -137,11 +137,15 @@ func (p *Process) checkListenerIn(ctx context.Context, base string, fs procFS) (
 	for _, l := range ls {
 		inodes[l.Inode] = true
 	}
-	tree := p.PIDs()
+	// The tree members seen so far (the samplers walk the tree every
+	// 10 ms while cold), not a fresh walk of every process: this check
+	// delays the cold request. A member too new to be seen is found by
+	// the full scan below, as started after the launch.
 	p.mu.Lock()
 	rootStart := p.known[p.pid]
+	tree := make([]int, 0, len(p.known))
 	for pid := range p.known {
-		tree = append(tree, pid) // members seen earlier that left the tree
+		tree = append(tree, pid)
 	}
 	p.mu.Unlock()
 	if len(fs.socketHolders(inodes, tree)) > 0 {
