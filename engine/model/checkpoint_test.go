@@ -5,17 +5,20 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/treni-top/treni-top/trace"
+	"golang.org/x/sys/unix"
 )
 
 var allSentinels = []error{ErrBadConfig, ErrUnknownArch, ErrUnsupported, ErrNoWeights, ErrBadIndex, ErrBadHeader,
-	ErrHeaderPastEOF, ErrTruncated, ErrBadDType, ErrByteLength, ErrOverlap, ErrDuplicateTensor,
-	ErrMissingTensor, ErrUnexpectedTensor, ErrWrongShape, ErrNoTensor}
+	ErrHeaderPastEOF, ErrTruncated, ErrBadDType, ErrByteLength, ErrOverlap, ErrBadOffset, ErrNotCovered, ErrNotRegular,
+	ErrDuplicateTensor, ErrMissingTensor, ErrUnexpectedTensor, ErrWrongShape, ErrNoTensor}
 
 func TestOpenValid(t *testing.T) {
 	for _, arch := range Arches() {
@@ -209,6 +212,45 @@ func TestMalformed(t *testing.T) {
 			writeRawST(t, filepath.Join(dir, SingleWeightFile),
 				`{"a":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}}`, 8)
 		}},
+		{"trailing bytes", ErrNotCovered, "", SingleWeightFile, func(t *testing.T, dir string) {
+			good(t, dir)
+			appendBytes(t, filepath.Join(dir, SingleWeightFile), []byte("tail"))
+		}},
+		{"gap between tensors", ErrBadOffset, "b", SingleWeightFile, func(t *testing.T, dir string) {
+			writeConfig(t, dir, tinyConfig(ArchQwen3, true))
+			writeRawST(t, filepath.Join(dir, SingleWeightFile),
+				`{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}}`, 12)
+		}},
+		{"first tensor after the start", ErrBadOffset, "a", SingleWeightFile, func(t *testing.T, dir string) {
+			writeConfig(t, dir, tinyConfig(ArchQwen3, true))
+			writeRawST(t, filepath.Join(dir, SingleWeightFile), `{"a":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}}`, 8)
+		}},
+		{"weights are a named pipe", ErrNotRegular, "", SingleWeightFile, func(t *testing.T, dir string) {
+			writeConfig(t, dir, tinyConfig(ArchQwen3, true))
+			mkfifo(t, filepath.Join(dir, SingleWeightFile))
+		}},
+		{"weights are a directory", ErrNotRegular, "", SingleWeightFile, func(t *testing.T, dir string) {
+			writeConfig(t, dir, tinyConfig(ArchQwen3, true))
+			if err := os.Mkdir(filepath.Join(dir, SingleWeightFile), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"config is a named pipe", ErrNotRegular, "", ConfigFile, func(t *testing.T, dir string) {
+			mkfifo(t, filepath.Join(dir, ConfigFile))
+		}},
+		{"index is a named pipe", ErrNotRegular, "", IndexFile, func(t *testing.T, dir string) {
+			writeConfig(t, dir, tinyConfig(ArchQwen3, true))
+			mkfifo(t, filepath.Join(dir, IndexFile))
+		}},
+		{"shard is a named pipe", ErrNotRegular, "", "model-00002-of-00002.safetensors", func(t *testing.T, dir string) {
+			cfg := tinyConfig(ArchQwen3, true)
+			writeCkpt(t, dir, cfg, infos(t, mustJSON(t, cfg), BF16), 2)
+			p := filepath.Join(dir, "model-00002-of-00002.safetensors")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			mkfifo(t, p)
+		}},
 		{"wrong shape", ErrWrongShape, gate, SingleWeightFile, func(t *testing.T, dir string) {
 			cfg := tinyConfig(ArchQwen3, true)
 			ts := infos(t, mustJSON(t, cfg), BF16)
@@ -307,11 +349,88 @@ func TestMalformed(t *testing.T) {
 			if tc.file != "" && !strings.Contains(err.Error(), tc.file) {
 				t.Fatalf("err %v does not name file %s", err, tc.file)
 			}
-			if prev, ok := seen[tc.want]; ok && tc.want != ErrUnexpectedTensor && tc.want != ErrHeaderPastEOF && tc.want != ErrBadIndex {
+			if prev, ok := seen[tc.want]; ok && tc.want != ErrUnexpectedTensor && tc.want != ErrHeaderPastEOF && tc.want != ErrBadIndex &&
+				tc.want != ErrBadOffset && tc.want != ErrNotRegular {
 				t.Fatalf("cases %q and %q share a sentinel", prev, tc.name)
 			}
 			seen[tc.want] = tc.name
 		})
+	}
+}
+
+// mkfifo makes a named pipe at path: opening it for reading blocks until
+// a writer comes, which is what Open must never do.
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Skipf("cannot make a named pipe here: %v", err)
+	}
+}
+
+func appendBytes(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSparseTailRefusedUnread: a valid checkpoint followed by a sparse
+// 50 GiB tail (issue 42: it was read in full, 18 s and 24.6 GB RSS) is
+// refused as the reference library refuses it, from the header alone: no
+// page of the tail is in the page cache afterwards, so none was read.
+func TestSparseTailRefusedUnread(t *testing.T) {
+	dir := t.TempDir()
+	good(t, dir)
+	p := filepath.Join(dir, SingleWeightFile)
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tail = 50 << 30
+	if err := os.Truncate(p, st.Size()+tail); err != nil {
+		t.Skipf("cannot make a sparse 50 GiB file here: %v", err)
+	}
+	c, err := Open(dir)
+	if err == nil {
+		c.Close()
+		t.Fatal("Open accepted 50 GiB of bytes after the last tensor")
+	}
+	if !errors.Is(err, ErrNotCovered) || !strings.Contains(err.Error(), "file not fully covered") {
+		t.Fatalf("err = %v, want %v", err, ErrNotCovered)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(int64(tail))) {
+		t.Errorf("err %v does not say how many bytes follow the tensors (%d)", err, int64(tail))
+	}
+	// Page-cache residency of the tail, past the readahead window of the
+	// header's page: mincore on a fresh mapping of the file.
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	off := (st.Size() + 64<<20) &^ int64(os.Getpagesize()-1)
+	m, err := unix.Mmap(int(f.Fd()), off, tail-(64<<20), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	resident := 0
+	for _, v := range vec {
+		resident += int(v & 1)
+	}
+	if resident != 0 {
+		t.Fatalf("%d pages of the tail are in the page cache after Open: it was read", resident)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -62,7 +61,50 @@ const copyChunk = 8 << 20
 // GOMAXPROCS. On error (a short or failed read, ctx done) the tensors still
 // point into the mapped files and the checkpoint stays usable as before.
 // Residency and Prefetch report nothing afterwards: no file is mapped.
+//
+// When ctx ends it returns at once with ctx's error, even while a read is
+// under way: storage that stopped answering must not hold a server that
+// was told to stop (SIGTERM, Ctrl-C). A read cannot be interrupted, so
+// the memory it reads into is released only once it returns.
 func (c *Checkpoint) CopyToMemory(ctx context.Context, workers int) (CopyStats, error) {
+	return c.copyToMemory(ctx, workers, func(path string) (sectionReader, error) {
+		f, _, err := OpenRegular(path)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	})
+}
+
+// sectionReader is what the copy reads a weight file through: an
+// *os.File, or in tests a reader that blocks where a test wants it to.
+type sectionReader interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// copyRegion is one weight file's data section and the memory it is
+// copied into.
+type copyRegion struct {
+	file  sectionReader
+	path  string
+	start int64  // file offset of the data section
+	buf   []byte // anonymous memory for [start, size)
+}
+
+// releaseRegions closes the files and frees the buffers of regions.
+func releaseRegions(regions []copyRegion) {
+	for _, r := range regions {
+		if r.file != nil {
+			_ = r.file.Close()
+		}
+		if r.buf != nil {
+			_ = unix.Munmap(r.buf)
+		}
+	}
+}
+
+func (c *Checkpoint) copyToMemory(ctx context.Context, workers int, open func(string) (sectionReader, error)) (CopyStats, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
@@ -72,105 +114,38 @@ func (c *Checkpoint) CopyToMemory(ctx context.Context, workers int) (CopyStats, 
 	if mapped != len(c.Files) || len(c.Files) == 0 {
 		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: they are not mapped (already copied or closed)", c.Dir)
 	}
-	type region struct {
-		file  *os.File
-		path  string
-		start int64  // file offset of the data section
-		buf   []byte // anonymous memory for [start, size)
-	}
-	regions := make([]region, 0, len(c.Files))
-	release := func() {
-		for _, r := range regions {
-			if r.file != nil {
-				_ = r.file.Close()
-			}
-			if r.buf != nil {
-				_ = unix.Munmap(r.buf)
-			}
-		}
-	}
+	regions := make([]copyRegion, 0, len(c.Files))
 	st := CopyStats{Files: len(c.Files)}
 	for _, f := range c.Files {
 		start := c.dataStart(f.Path)
 		n := f.Size - start
 		if n <= 0 {
-			regions = append(regions, region{path: f.Path, start: start})
+			regions = append(regions, copyRegion{path: f.Path, start: start})
 			continue
 		}
-		fh, err := os.Open(f.Path)
+		fh, err := open(f.Path)
 		if err != nil {
-			release()
+			releaseRegions(regions)
 			return CopyStats{}, fmt.Errorf("open %s to copy its weights: %w", f.Path, err)
 		}
 		buf, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			_ = fh.Close()
-			release()
+			releaseRegions(regions)
 			return CopyStats{}, fmt.Errorf("allocate %d bytes for the weights of %s: %w (not enough memory for --load %s; use --load %s)", n, f.Path, err, LoadCopy, LoadMmap)
 		}
 		// Huge pages cut the page faults of filling the buffer; advisory.
 		_ = unix.Madvise(buf, unix.MADV_HUGEPAGE)
-		regions = append(regions, region{file: fh, path: f.Path, start: start, buf: buf})
+		regions = append(regions, copyRegion{file: fh, path: f.Path, start: start, buf: buf})
 		st.Bytes += n
 	}
-	type chunk struct {
-		r      int
-		lo, hi int64 // offsets into the region's buffer
-	}
-	var chunks []chunk
-	for i, r := range regions {
-		for lo := int64(0); lo < int64(len(r.buf)); lo += copyChunk {
-			chunks = append(chunks, chunk{i, lo, min(lo+copyChunk, int64(len(r.buf)))})
-		}
-	}
-	st.Chunks = len(chunks)
-	st.Readers = min(workers, max(len(chunks), 1))
-	var (
-		next    atomic.Int64
-		failed  atomic.Bool
-		errOnce sync.Once
-		readErr error // written once, read after wg.Wait
-		wg      sync.WaitGroup
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { readErr = err })
-		failed.Store(true)
-	}
-	for w := 0; w < st.Readers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				if err := ctx.Err(); err != nil {
-					fail(err)
-					return
-				}
-				k := int(next.Add(1) - 1)
-				if k >= len(chunks) {
-					return
-				}
-				ch := chunks[k]
-				r := regions[ch.r]
-				if _, err := r.file.ReadAt(r.buf[ch.lo:ch.hi], r.start+ch.lo); err != nil {
-					if errors.Is(err, io.EOF) {
-						err = fmt.Errorf("%w: the file ended at %d bytes (it changed after the index was built?)", io.ErrUnexpectedEOF, r.start+ch.lo)
-					}
-					fail(fmt.Errorf("read %s at %d: %w", r.path, r.start+ch.lo, err))
-					return
-				}
-				if failed.Load() {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if readErr != nil {
-		release()
-		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: %w", c.Dir, readErr)
+	var err error
+	st.Readers, st.Chunks, err = readRegions(ctx, regions, workers)
+	if err != nil {
+		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: %w", c.Dir, err)
 	}
 	// Repoint every tensor, then drop the file mappings.
-	byPath := make(map[string]region, len(regions))
+	byPath := make(map[string]copyRegion, len(regions))
 	for _, r := range regions {
 		byPath[r.path] = r
 		if r.file != nil {
@@ -201,6 +176,88 @@ func (c *Checkpoint) CopyToMemory(ctx context.Context, workers int) (CopyStats, 
 		return st, fmt.Errorf("unmap the weight files of %s after copying them: %w", c.Dir, err)
 	}
 	return st, nil
+}
+
+// readRegions fills every region's buffer from its file with up to
+// workers parallel readers taking copyChunk-sized chunks, and returns the
+// readers and chunks it used. On an error it stops the readers and
+// releases the regions (files and buffers) itself. When ctx ends it
+// returns ctx's error at once; readers still inside a read (storage that
+// stopped answering) are left to finish it, and the regions are released
+// only after the last of them has returned, by a goroutine that exists
+// for just that: nothing may unmap a buffer a read is still filling.
+func readRegions(ctx context.Context, regions []copyRegion, workers int) (readers, nChunks int, err error) {
+	type chunk struct {
+		r      int
+		lo, hi int64 // offsets into the region's buffer
+	}
+	var chunks []chunk
+	for i, r := range regions {
+		for lo := int64(0); lo < int64(len(r.buf)); lo += copyChunk {
+			chunks = append(chunks, chunk{i, lo, min(lo+copyChunk, int64(len(r.buf)))})
+		}
+	}
+	readers = min(workers, max(len(chunks), 1))
+	var (
+		next    atomic.Int64
+		failed  atomic.Bool
+		errOnce sync.Once
+		readErr error // written once, read after done is closed
+		wg      sync.WaitGroup
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { readErr = err })
+		failed.Store(true)
+	}
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				if err := ctx.Err(); err != nil {
+					fail(err)
+					return
+				}
+				k := int(next.Add(1) - 1)
+				if k >= len(chunks) {
+					return
+				}
+				ch := chunks[k]
+				r := regions[ch.r]
+				if _, err := r.file.ReadAt(r.buf[ch.lo:ch.hi], r.start+ch.lo); err != nil {
+					if errors.Is(err, io.EOF) {
+						err = fmt.Errorf("%w: the file ended at %d bytes (it changed after the index was built?)", io.ErrUnexpectedEOF, r.start+ch.lo)
+					}
+					fail(fmt.Errorf("read %s at %d: %w", r.path, r.start+ch.lo, err))
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		fail(ctx.Err())
+		select {
+		case <-done: // every reader had already stopped
+		default:
+			go func() {
+				<-done
+				releaseRegions(regions)
+			}()
+			return readers, len(chunks), ctx.Err()
+		}
+	}
+	if readErr != nil {
+		releaseRegions(regions)
+		return readers, len(chunks), readErr
+	}
+	return readers, len(chunks), nil
 }
 
 // dataStart is the file offset where path's tensor data begins: the

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestCopyToMemory: after --load copy every tensor holds the same bytes as
@@ -103,6 +105,91 @@ func TestCopyToMemoryErrors(t *testing.T) {
 	if len(c2.maps) != 1 || len(c2.owned) != 0 {
 		t.Fatalf("after a failed copy: %d maps, %d owned", len(c2.maps), len(c2.owned))
 	}
+}
+
+// stuckReader reads a weight file, but each read first waits for release:
+// storage that stopped answering, induced. The first read to begin says
+// so on entered; Close says so on closed.
+type stuckReader struct {
+	f                 *os.File
+	entered           chan struct{}
+	release, closed   chan struct{}
+	enterOnce, closes sync.Once
+}
+
+func (r *stuckReader) ReadAt(p []byte, off int64) (int, error) {
+	r.enterOnce.Do(func() { close(r.entered) })
+	<-r.release
+	return r.f.ReadAt(p, off)
+}
+
+func (r *stuckReader) Close() error {
+	err := r.f.Close()
+	r.closes.Do(func() { close(r.closed) })
+	return err
+}
+
+// TestCopyToMemoryStopsWhileAReadIsStuck: a context cancelled (SIGTERM,
+// Ctrl-C) while a --load copy read is blocked returns context.Canceled
+// without waiting for that read, leaves the checkpoint mapped and usable,
+// and releases the copy's file and memory only once the read returns.
+func TestCopyToMemoryStopsWhileAReadIsStuck(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tinyConfig(ArchQwen2, false)
+	writeCkpt(t, dir, cfg, infos(t, mustJSON(t, cfg), F32), 1)
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := map[string][]byte{}
+	for name, tn := range c.Tensors {
+		want[name] = bytes.Clone(tn.Data)
+	}
+	r := &stuckReader{entered: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	defer func() {
+		select {
+		case <-r.release:
+		default:
+			close(r.release)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.copyToMemory(ctx, 2, func(path string) (sectionReader, error) {
+			f, _, err := OpenRegular(path)
+			r.f = f
+			return r, err
+		})
+		done <- err
+	}()
+	<-r.entered
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("copy cancelled during a stuck read: %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Minute): // a hang guard, not a timing assertion
+		t.Fatal("the copy did not return while a read was stuck: a stop waits for the storage")
+	}
+	select {
+	case <-r.closed:
+		t.Fatal("the file was closed (and its buffer freed) while a read into it was under way")
+	default:
+	}
+	if len(c.maps) != 1 || len(c.owned) != 0 {
+		t.Fatalf("after a cancelled copy: %d maps, %d owned; want the mapping kept and nothing owned", len(c.maps), len(c.owned))
+	}
+	for name, tn := range c.Tensors {
+		if !bytes.Equal(tn.Data, want[name]) {
+			t.Fatalf("tensor %s changed after a cancelled copy", name)
+		}
+	}
+	close(r.release)
+	<-r.closed // the stuck read returned: its region is released
 }
 
 func TestCheckLoadMode(t *testing.T) {

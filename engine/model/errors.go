@@ -34,6 +34,21 @@ var (
 	ErrByteLength = errors.New("tensor byte length does not match its shape and dtype")
 	// ErrOverlap: two tensors share bytes of the data section.
 	ErrOverlap = errors.New("tensors overlap in the data section")
+	// ErrBadOffset: a tensor does not begin where the one before it (in
+	// data order) ends, or the first does not begin at the start of the
+	// data section: the reference safetensors library's InvalidOffset
+	// ("invalid offset for tensor"). The bytes in between would be read
+	// at load for nothing.
+	ErrBadOffset = errors.New("invalid offset for tensor")
+	// ErrNotCovered: bytes follow the last tensor's data. The reference
+	// library refuses such a file (MetadataIncompleteBuffer, worded
+	// "incomplete metadata, file not fully covered"): the data section
+	// must end where the file ends.
+	ErrNotCovered = errors.New("incomplete metadata, file not fully covered")
+	// ErrNotRegular: config.json, the index or a weight file is not a
+	// regular file (a named pipe, a directory, a device, a socket), which
+	// could block the load forever or be read without end.
+	ErrNotRegular = errors.New("not a regular file")
 	// ErrDuplicateTensor: the same name appears twice (in one header or in
 	// two shards).
 	ErrDuplicateTensor = errors.New("duplicate tensor")
