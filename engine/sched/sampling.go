@@ -20,6 +20,27 @@ type Sampling struct {
 	Seed int64
 	// Seeded says Seed was given; otherwise the scheduler picks one.
 	Seeded bool
+	// LogitBias adds its value to the logit of each token id it names,
+	// before anything else (logit_bias of OpenAI and vLLM). Submit refuses
+	// ids outside the vocabulary.
+	LogitBias map[int32]float32
+	// MinP drops, after temperature, every token whose probability is
+	// below MinP times the most likely token's (vLLM's min_p); 0 keeps
+	// all. Like vLLM's, it leaves a greedy choice alone.
+	MinP float64
+	// RepetitionPenalty, unless 0 (unset) or 1, divides the positive
+	// logits and multiplies the negative ones of every token already in
+	// the prompt or the output (repetition_penalty of transformers and
+	// vLLM): above 1 it discourages repeats, below 1 it favours them.
+	RepetitionPenalty float64
+}
+
+// NeedsRow reports whether a draw under p needs the row of logits in host
+// memory: logit_bias, min_p and repetition_penalty are applied by
+// Sampler.SampleRequest on the host, on every backend, and never by a
+// device's own sampler (TokenBackend).
+func (p Sampling) NeedsRow() bool {
+	return len(p.LogitBias) > 0 || p.MinP > 0 || (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1)
 }
 
 // Greedy reports whether the parameters reduce to argmax.
@@ -34,6 +55,15 @@ func (p Sampling) Validate() error {
 		return fmt.Errorf("top_k %d is negative; use 0 to keep every token", p.TopK)
 	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
 		return fmt.Errorf("top_p %v is outside [0, 1]", p.TopP)
+	case math.IsNaN(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("min_p %v is outside [0, 1]; use 0 to keep every token", p.MinP)
+	case math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0) || p.RepetitionPenalty < 0:
+		return fmt.Errorf("repetition_penalty %v is not a positive number; use 1 to leave repeats alone", p.RepetitionPenalty)
+	}
+	for id, b := range p.LogitBias {
+		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 0) {
+			return fmt.Errorf("logit_bias of token %d is %v, not a finite number", id, b)
+		}
 	}
 	return nil
 }
@@ -66,6 +96,69 @@ type Sampler struct {
 	h    idxHeap
 	kept []int32
 	w    []float64
+	// row is SampleRequest's copy of the logits; seen[t] == epoch marks
+	// a token already penalised in the current call.
+	row   []float32
+	seen  []uint32
+	epoch uint32
+}
+
+// SampleRequest draws the token c chooses from logits under the
+// processors of p that a device sampler lacks (p.NeedsRow), in vLLM's
+// order: logit_bias is added; repetition_penalty is applied once to each
+// distinct token of history (the prompt and the output so far); then,
+// unless c is greedy, min_p removes the tokens it cuts after temperature;
+// then Sample's top-k, top-p and draw. logits is left as it was (logprobs
+// are of the model's own distribution): the work is done on a copy.
+func (s *Sampler) SampleRequest(logits []float32, c TokenChoice, p Sampling, history []int32) int32 {
+	V := len(logits)
+	s.row = append(s.row[:0], logits...)
+	row := s.row
+	for id, b := range p.LogitBias {
+		if id >= 0 && int(id) < V {
+			row[id] += b
+		}
+	}
+	if rp := float32(p.RepetitionPenalty); rp != 0 && rp != 1 {
+		if len(s.seen) < V {
+			s.seen = make([]uint32, V)
+		}
+		s.epoch++
+		if s.epoch == 0 { // wrapped: old marks could collide
+			clear(s.seen)
+			s.epoch = 1
+		}
+		for _, t := range history {
+			if t < 0 || int(t) >= V || s.seen[t] == s.epoch {
+				continue
+			}
+			s.seen[t] = s.epoch
+			if row[t] > 0 {
+				row[t] /= rp
+			} else {
+				row[t] *= rp
+			}
+		}
+	}
+	if p.MinP > 0 && !c.Greedy() {
+		// A token's probability relative to the most likely one is
+		// exp((l − max) / T): it is kept when that is at least MinP.
+		maxL := math.Inf(-1)
+		for _, l := range row {
+			if float64(l) > maxL {
+				maxL = float64(l)
+			}
+		}
+		if !math.IsInf(maxL, -1) {
+			cut := maxL + float64(c.Temperature)*math.Log(p.MinP)
+			for i, l := range row {
+				if float64(l) < cut {
+					row[i] = float32(math.Inf(-1))
+				}
+			}
+		}
+	}
+	return s.Sample(row, c)
 }
 
 // Sample draws the token c chooses from logits. NaN logits are never

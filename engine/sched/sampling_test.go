@@ -3,6 +3,7 @@ package sched
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 )
@@ -188,4 +189,91 @@ func BenchmarkSampleTopPPeaked(b *testing.B) {
 	for i := range b.N {
 		s.Sample(logits, TokenChoice{Temperature: 0.7, TopP: 0.9, Seed: 1, Step: uint64(i)})
 	}
+}
+
+// rowOf is a row of small distinct logits with the given ones set.
+func rowOf(n int, set map[int]float32) []float32 {
+	row := make([]float32, n)
+	for i := range row {
+		row[i] = float32(i%7) / 10
+	}
+	for i, v := range set {
+		row[i] = v
+	}
+	return row
+}
+
+// TestSampleRequestProcessors: each processor changes the draw as vLLM's
+// does, and the caller's row is left as it was.
+func TestSampleRequestProcessors(t *testing.T) {
+	var s Sampler
+	greedy := TokenChoice{}
+	t.Run("logit_bias wins at temperature 0", func(t *testing.T) {
+		row := rowOf(200, map[int]float32{3: 9})
+		orig := append([]float32(nil), row...)
+		if got := s.SampleRequest(row, greedy, Sampling{LogitBias: map[int32]float32{100: 100}}, nil); got != 100 {
+			t.Fatalf("logit_bias {100: 100} at temperature 0 chose %d", got)
+		}
+		if got := s.SampleRequest(row, greedy, Sampling{LogitBias: map[int32]float32{3: -100}}, nil); got == 3 {
+			t.Fatalf("logit_bias {3: -100} still chose 3")
+		}
+		if !slices.Equal(row, orig) {
+			t.Fatal("SampleRequest changed the caller's row")
+		}
+	})
+	t.Run("repetition_penalty divides positive, multiplies negative, once per token", func(t *testing.T) {
+		// Token 5 at 4 appears three times: divided once by 2 it is 2,
+		// still above token 7's 1.5 (three times would be 0.5).
+		row := rowOf(20, map[int]float32{5: 4, 7: 1.5})
+		p := Sampling{RepetitionPenalty: 2}
+		if got := s.SampleRequest(row, greedy, p, []int32{5, 5, 5}); got != 5 {
+			t.Fatalf("penalised once, 5 should stay ahead of 7; chose %d", got)
+		}
+		row = rowOf(20, map[int]float32{5: 2.5, 7: 1.5})
+		if got := s.SampleRequest(row, greedy, p, []int32{1, 5}); got != 7 {
+			t.Fatalf("5 (2.5) penalised by 2 is 1.25 < 7's 1.5; chose %d", got)
+		}
+		// All negative: the seen token's -1 becomes -2, below -1.5.
+		row = make([]float32, 4)
+		copy(row, []float32{-1, -1.5, -3, -4})
+		if got := s.SampleRequest(row, greedy, p, []int32{0}); got != 1 {
+			t.Fatalf("negative logit of a seen token multiplied by 2 (-2 < -1.5); chose %d", got)
+		}
+		if got := s.SampleRequest(row, greedy, Sampling{RepetitionPenalty: 0.5}, []int32{1}); got != 1 {
+			t.Fatalf("a penalty below 1 favours the seen token (-0.75 > -1); chose %d", got)
+		}
+	})
+	t.Run("min_p cuts relative to the most likely token, after temperature", func(t *testing.T) {
+		// Relative probabilities 1, 0.5, 0.1, 0.05 at temperature 1;
+		// their square roots (1, 0.71, 0.32, 0.22) at temperature 2.
+		row := []float32{0, float32(math.Log(0.5)), float32(math.Log(0.1)), float32(math.Log(0.05))}
+		for _, c := range []struct {
+			temp, minP float64
+			kept       []int32
+		}{
+			{1, 0.2, []int32{0, 1}},
+			{1, 0.08, []int32{0, 1, 2}},
+			{2, 0.2, []int32{0, 1, 2, 3}},
+			{2, 0.25, []int32{0, 1, 2}},
+		} {
+			seen := map[int32]int{}
+			for step := range uint64(2000) {
+				seen[s.SampleRequest(row, TokenChoice{Temperature: float32(c.temp), Seed: 3, Step: step}, Sampling{Temperature: c.temp, MinP: c.minP}, nil)]++
+			}
+			for tok := range seen {
+				if !slices.Contains(c.kept, tok) {
+					t.Errorf("temperature %v, min_p %v: drew %d, which min_p drops", c.temp, c.minP, tok)
+				}
+			}
+			for _, tok := range c.kept {
+				if seen[tok] == 0 {
+					t.Errorf("temperature %v, min_p %v: never drew %d in 2000 draws, which min_p keeps", c.temp, c.minP, tok)
+				}
+			}
+		}
+		// min_p leaves a greedy choice alone.
+		if got := s.SampleRequest(row, greedy, Sampling{MinP: 1}, nil); got != 0 {
+			t.Fatalf("greedy with min_p chose %d", got)
+		}
+	})
 }

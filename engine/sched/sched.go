@@ -22,7 +22,9 @@ type Config struct {
 	// keep producing a token every step.
 	MaxBatchedTokens int
 	// MaxSeqLen is the model's context length: prompt plus generated
-	// tokens never exceed it (required).
+	// tokens never exceed it (required). New lowers it to the positions
+	// the backend's KV pool holds, where that is less: no sequence can
+	// grow beyond the pool, and a server advertises Config().MaxSeqLen.
 	MaxSeqLen int
 	// NoPrefixCache turns prefix caching off. With it on (the default),
 	// every full KV block a sequence computes is kept under a hash of its
@@ -123,6 +125,9 @@ func New(be Backend, cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sched: backend %s reports an unusable KV pool: %w", be.Name(), err)
 	}
+	if pool := kv.Total() * kv.BlockSize(); cfg.MaxSeqLen > pool {
+		cfg.MaxSeqLen = pool
+	}
 	tb, _ := be.(TokenBackend)
 	cp, _ := be.(BlockCopier)
 	return &Scheduler{
@@ -186,6 +191,11 @@ func (s *Scheduler) validate(r Request) error {
 	for _, t := range r.Prompt {
 		if t < 0 || int(t) >= s.vocab {
 			return fmt.Errorf("sched: prompt token %d outside the vocabulary [0, %d): %w", t, s.vocab, ErrInvalid)
+		}
+	}
+	for t := range r.Sampling.LogitBias {
+		if t < 0 || int(t) >= s.vocab {
+			return fmt.Errorf("sched: logit_bias names token %d, outside the vocabulary [0, %d): %w", t, s.vocab, ErrInvalid)
 		}
 	}
 	if err := r.Sampling.Validate(); err != nil {
@@ -475,7 +485,11 @@ func (s *Scheduler) removeWaiting(sq *seq) {
 // forward runs the step and turns its output into tokens: through the
 // backend's own sampling when it has it (only token ids come back, plus
 // logits rows for requests that asked for logprobs), else from logits rows
-// sampled here.
+// sampled here. A request whose sampling needs its row on the host
+// (logit_bias, min_p, repetition_penalty: Sampling.NeedsRow) is drawn
+// here on every backend, with the same Sampler: a TokenBackend brings its
+// row back and the token it chose itself (greedy, the cheapest to ask
+// for) is replaced.
 func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	for len(s.rows) < len(b.Seqs) {
 		s.rows = append(s.rows, make([]float32, s.vocab))
@@ -492,8 +506,11 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 			}
 			sq := owners[i]
 			choice[i] = sq.choice()
-			if sq.req.Logprobs {
+			if sq.req.Logprobs || sq.req.Sampling.NeedsRow() {
 				logits[i] = s.rows[i]
+			}
+			if sq.req.Sampling.NeedsRow() {
+				choice[i] = TokenChoice{} // greedy; replaced by the host's draw
 			}
 		}
 		err = s.tokBE.ForwardTokens(ctx, b, choice, toks, logits)
@@ -520,6 +537,12 @@ func (s *Scheduler) forward(ctx context.Context, b *Batch, owners []*seq) {
 	now := time.Now()
 	if s.tokBE == nil {
 		toks = s.sampleAll(b, owners, logits)
+	} else {
+		for i, c := range b.Seqs {
+			if c.WantLogits && owners[i].req.Sampling.NeedsRow() {
+				toks[i] = owners[i].draw(&s.smp, logits[i])
+			}
+		}
 	}
 	for i, c := range b.Seqs {
 		sq := owners[i]
@@ -577,6 +600,15 @@ func (sq *seq) choice() TokenChoice {
 	return sq.req.Sampling.choice(sq.seed, uint64(sq.res.CompletionTokens))
 }
 
+// draw samples sq's next token from its row of logits on the host, with
+// the processors that need the row (SampleRequest) when it uses any.
+func (sq *seq) draw(smp *Sampler, row []float32) int32 {
+	if sq.req.Sampling.NeedsRow() {
+		return smp.SampleRequest(row, sq.choice(), sq.req.Sampling, sq.tokens)
+	}
+	return smp.Sample(row, sq.choice())
+}
+
 // sampleAll draws the next token of every chunk that asked for logits.
 // Random sampling over a large vocabulary costs milliseconds per row (an
 // exp per entry) while the backend sits idle, so rows are spread over
@@ -589,7 +621,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 		if !c.WantLogits {
 			continue
 		}
-		if owners[i].choice().Greedy() {
+		if owners[i].choice().Greedy() && !owners[i].req.Sampling.NeedsRow() {
 			toks[i] = argmax(logits[i])
 		} else {
 			random = append(random, i)
@@ -601,7 +633,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 	}
 	if workers <= 1 {
 		for _, i := range random {
-			toks[i] = s.smp.Sample(logits[i], owners[i].choice())
+			toks[i] = owners[i].draw(&s.smp, logits[i])
 		}
 		return toks
 	}
@@ -612,7 +644,7 @@ func (s *Scheduler) sampleAll(b *Batch, owners []*seq, logits [][]float32) []int
 			defer wg.Done()
 			for j := w; j < len(random); j += workers {
 				i := random[j]
-				toks[i] = s.smps[w].Sample(logits[i], owners[i].choice())
+				toks[i] = owners[i].draw(s.smps[w], logits[i])
 			}
 		}()
 	}

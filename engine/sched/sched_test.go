@@ -274,11 +274,19 @@ func TestSubmitValidation(t *testing.T) {
 		{Prompt: []int32{1, testVocab}, MaxTokens: 1},
 		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{Temperature: -1}},
 		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{Temperature: 1, TopP: 1.5}},
+		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{LogitBias: map[int32]float32{testVocab: 5}}},
+		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{LogitBias: map[int32]float32{-1: 5}}},
+		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{Temperature: 1, MinP: 1.5}},
+		{Prompt: prompt(1, 3), MaxTokens: 1, Sampling: Sampling{RepetitionPenalty: -1}},
 	}
 	for i, r := range bad {
 		if _, err := s.Submit(context.Background(), r); !errors.Is(err, ErrInvalid) {
 			t.Errorf("request %d: err = %v, want ErrInvalid", i, err)
 		}
+	}
+	// The 64-position context asked for is more than the pool's 16.
+	if got := s.Config().MaxSeqLen; got != 16 {
+		t.Errorf("MaxSeqLen %d with a pool of 4 blocks × 4 positions, want 16", got)
 	}
 }
 

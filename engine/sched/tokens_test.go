@@ -21,10 +21,13 @@ type tokenFake struct {
 	calls     int
 	rowsAsked map[uint64]int // seq → logits rows requested
 	wanted    map[uint64]int // seq → chunks with WantLogits
+	// randomAsked counts, per seq, the choices that asked the device
+	// for a random draw rather than a greedy one.
+	randomAsked map[uint64]int
 }
 
 func newTokenFake(vocab, blockSize, numBlocks int) *tokenFake {
-	return &tokenFake{fakeBackend: newFake(vocab, blockSize, numBlocks), rowsAsked: map[uint64]int{}, wanted: map[uint64]int{}}
+	return &tokenFake{fakeBackend: newFake(vocab, blockSize, numBlocks), rowsAsked: map[uint64]int{}, wanted: map[uint64]int{}, randomAsked: map[uint64]int{}}
 }
 
 // Forward must not be used when ForwardTokens exists.
@@ -58,6 +61,9 @@ func (f *tokenFake) ForwardTokens(ctx context.Context, b *Batch, choice []TokenC
 		}
 		if c.WantLogits {
 			f.wanted[c.SeqID]++
+			if !choice[i].Greedy() {
+				f.randomAsked[c.SeqID]++
+			}
 			tokens[i] = f.smp.Sample(rows[i], choice[i])
 		}
 	}
@@ -180,6 +186,69 @@ func TestForwardTokensAsksOnlyForNeededRows(t *testing.T) {
 			if want := -math.Log(z); math.Abs(float64(tok.Logprob)-want) > 1e-5 {
 				t.Fatalf("request %d token %d: logprob %v, want %v", i, tok.ID, tok.Logprob, want)
 			}
+		}
+	}
+}
+
+// TestHostProcessorsRoutedOnEveryBackend: a request with logit_bias, min_p
+// or repetition_penalty is drawn by the scheduler from its row of logits
+// on a backend that samples itself too (the CUDA backend's path, decided
+// here without a GPU): the row is brought back for each of its tokens, the
+// device is asked only for its cheapest (greedy) choice, which is
+// replaced, and the tokens are the ones host sampling draws from the same
+// rows. A request without them keeps the device's own draw.
+func TestHostProcessorsRoutedOnEveryBackend(t *testing.T) {
+	const target = 42
+	reqs := []Request{
+		{Prompt: prompt(1, 7), MaxTokens: 10, Sampling: Sampling{LogitBias: map[int32]float32{target: 100}}},
+		{Prompt: prompt(2, 9), MaxTokens: 10, Sampling: Sampling{Temperature: 1, Seed: 5, Seeded: true, MinP: 0.3, RepetitionPenalty: 1.3}},
+		{Prompt: prompt(3, 5), MaxTokens: 10, Sampling: Sampling{Temperature: 1, Seed: 6, Seeded: true}},
+	}
+	run := func(be Backend) ([][]int32, []uint64) {
+		s := start(t, be, Config{MaxBatch: 4, MaxBatchedTokens: 16})
+		out, seqs := make([][]int32, len(reqs)), make([]uint64, len(reqs))
+		var wg sync.WaitGroup
+		for i, r := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := s.Submit(context.Background(), r)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				toks, _, err := st.Collect(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				out[i], seqs[i] = ids(toks), st.ID()
+			}()
+		}
+		wg.Wait()
+		return out, seqs
+	}
+	host, _ := run(newFake(testVocab, 4, 256))
+	tf := newTokenFake(testVocab, 4, 256)
+	dev, seqs := run(tf)
+	for i := range reqs {
+		if len(dev[i]) != 10 || !slices.Equal(host[i], dev[i]) {
+			t.Errorf("request %d: host sampling %v, through ForwardTokens %v", i, host[i], dev[i])
+		}
+	}
+	for j, tok := range dev[0] {
+		if tok != target {
+			t.Fatalf("logit_bias {%d: 100} at temperature 0: token %d is %d (%v)", target, j, tok, dev[0])
+		}
+	}
+	tf.tmu.Lock()
+	defer tf.tmu.Unlock()
+	for i, id := range seqs {
+		rows, random := tf.rowsAsked[id], tf.randomAsked[id]
+		if i < 2 && (rows != 10 || random != 0) {
+			t.Errorf("request %d uses host processors: %d rows brought back and %d random device draws for 10 tokens; want 10 and 0", i, rows, random)
+		}
+		if i == 2 && (rows != 0 || random != 10) {
+			t.Errorf("request %d uses none: %d rows brought back and %d random device draws for 10 tokens; want 0 and 10", i, rows, random)
 		}
 	}
 }
