@@ -94,6 +94,11 @@ type commonParams struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	IgnoreEOS        *bool           `json:"ignore_eos"` // vLLM extension
 	User             *string         `json:"user"`
+	// LogitBias maps token ids (as JSON object keys) to a value added to
+	// their logits, clamped to [-100, 100] as vLLM does.
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	MinP              *float64           `json:"min_p"`              // vLLM extension
+	RepetitionPenalty *float64           `json:"repetition_penalty"` // vLLM extension
 }
 
 // completionRequest is the body of POST /v1/completions.

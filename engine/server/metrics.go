@@ -43,6 +43,8 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	counter("treni_prompt_tokens_total", "Prompt tokens received.", float64(m.PromptTokens))
 	counter("treni_preemptions_total", "Sequences preempted for lack of KV blocks.", float64(m.Preemptions))
 	counter("treni_steps_total", "Forward steps run.", float64(m.Steps))
+	gauge("treni_http_connections_open", "HTTP connections open (each holds one of --max-connections).", float64(srv.conns.open()))
+	counter("treni_http_connections_refused_total", "HTTP connections answered 503 because --max-connections were open.", float64(srv.conns.refused.Load()))
 	if m.PrefixCaching {
 		// Hits and misses split every admission's positions (a preempted
 		// request's readmission too), like vLLM's prefix_cache_hits and

@@ -18,6 +18,9 @@ import (
 	"log"
 	"math"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,7 +67,24 @@ type Options struct {
 	// (the standard Prometheus name), so a client can tell a freshly
 	// started server from a warm one (treni-top bench's cold check).
 	ProcessStart time.Time
+	// BodyTimeout bounds the time a request's head and body may take to
+	// arrive (the ReadTimeout of HTTPServer): a client that stalls in
+	// the middle of its body is answered 408 and its connection closed,
+	// instead of holding it, and a file descriptor, forever. An idle
+	// keep-alive connection is closed after as long. Default 30 s.
+	BodyTimeout time.Duration
+	// MaxConnections caps the open connections of a Listener: one more
+	// is answered 503 and closed. Default DefaultMaxConnections.
+	MaxConnections int
 }
+
+// DefaultMaxConnections is the default cap on open connections: far
+// above what a batch of MaxBatch streams and their clients' spare
+// connections need, far below the descriptors a process may hold.
+const DefaultMaxConnections = 1024
+
+// DefaultBodyTimeout is the default of Options.BodyTimeout.
+const DefaultBodyTimeout = 30 * time.Second
 
 // Server serves the API for one model. Create it with New.
 type Server struct {
@@ -77,6 +97,7 @@ type Server struct {
 	stopIDs []int32
 
 	firstOnce sync.Once
+	conns     *connLimit
 }
 
 // New creates a server in front of s. The caller runs s.Run.
@@ -96,7 +117,13 @@ func New(s *sched.Scheduler, tok Tokenizer, opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = log.New(io.Discard, "", 0)
 	}
-	srv := &Server{s: s, tok: tok, opt: opt, mux: http.NewServeMux(), stopIDs: tok.StopTokenIDs()}
+	if opt.BodyTimeout <= 0 {
+		opt.BodyTimeout = DefaultBodyTimeout
+	}
+	if opt.MaxConnections <= 0 {
+		opt.MaxConnections = DefaultMaxConnections
+	}
+	srv := &Server{s: s, tok: tok, opt: opt, mux: http.NewServeMux(), stopIDs: tok.StopTokenIDs(), conns: newConnLimit(opt.MaxConnections)}
 	srv.mux.HandleFunc("/health", srv.health)
 	srv.mux.HandleFunc("/metrics", srv.metrics)
 	srv.mux.HandleFunc("/v1/models", srv.auth(srv.models))
@@ -110,6 +137,15 @@ func New(s *sched.Scheduler, tok Tokenizer, opt Options) (*Server, error) {
 
 // ServeHTTP makes Server an http.Handler.
 func (srv *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { srv.mux.ServeHTTP(w, r) }
+
+// HTTPServer is an http.Server for srv with its read limits: a request's
+// head and body must arrive within BodyTimeout (net/http's ReadTimeout
+// covers both, and the discarding of a body a handler left unread; it is
+// lifted once the body is read, so a long streamed answer is not cut).
+// Serve it from srv.Listener.
+func (srv *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: srv, ReadHeaderTimeout: srv.opt.BodyTimeout, ReadTimeout: srv.opt.BodyTimeout}
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -190,6 +226,11 @@ func (srv *Server) readBody(w http.ResponseWriter, r *http.Request, v any) *apiE
 		if errors.As(err, &mbe) {
 			return &apiError{status: 413, Message: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), Type: "invalid_request_error"}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return &apiError{status: 408, Message: fmt.Sprintf("the request did not arrive whole within %s (the server's --body-timeout); send the body without pausing", srv.opt.BodyTimeout),
+				Type: "invalid_request_error", Code: strp("request_timeout")}
+		}
 		return badRequest("", "", "could not read the request body: %v", err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
@@ -199,17 +240,22 @@ func (srv *Server) readBody(w http.ResponseWriter, r *http.Request, v any) *apiE
 }
 
 // common validates the shared fields and fills j. maxDefault is the
-// max_tokens used when the request gives none.
-func (srv *Server) common(p commonParams, maxTokens *int, maxParam string, promptLen int, maxDefault int, j *job) *apiError {
+// max_tokens used when the request gives none; inputParam names the
+// prompt's field ("messages", "prompt") in errors.
+func (srv *Server) common(p commonParams, maxTokens *int, maxParam, inputParam string, promptLen int, maxDefault int, j *job) *apiError {
 	if p.Model == nil || *p.Model == "" {
 		return badRequest("model", "missing_required_parameter", "field \"model\" is required; this server serves %q", srv.opt.ModelID)
 	}
 	if *p.Model != srv.opt.ModelID {
 		return &apiError{status: 404, Message: fmt.Sprintf("the model %q does not exist; this server serves %q (see /v1/models)", *p.Model, srv.opt.ModelID), Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found")}
 	}
+	// The context is what the KV pool holds too (sched.New fits it), so
+	// a request that could not run to its max_tokens is refused here, in
+	// vLLM's words, instead of stopping early with finish_reason length.
 	ctxLen := srv.s.Config().MaxSeqLen
 	if promptLen >= ctxLen {
-		return badRequest("messages", "context_length_exceeded", "this model's maximum context length is %d tokens, and the prompt has %d; shorten the prompt", ctxLen, promptLen)
+		return badRequest(inputParam, "context_length_exceeded", "This model's maximum context length is %d tokens. However, you requested %d tokens in the %s, which leaves none for the completion. Please reduce the length of the %s.",
+			ctxLen, promptLen, inputParam, inputParam)
 	}
 	room := ctxLen - promptLen
 	if maxTokens != nil {
@@ -217,7 +263,8 @@ func (srv *Server) common(p commonParams, maxTokens *int, maxParam string, promp
 		case *maxTokens < 1:
 			return badRequest(maxParam, "invalid_value", "%s must be at least 1, got %d", maxParam, *maxTokens)
 		case *maxTokens > room:
-			return badRequest(maxParam, "context_length_exceeded", "%s is %d, but the context of %d tokens leaves %d after the %d-token prompt; ask for at most %d", maxParam, *maxTokens, ctxLen, room, promptLen, room)
+			return badRequest(maxParam, "context_length_exceeded", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion (%s of at most %d).",
+				ctxLen, promptLen+*maxTokens, promptLen, inputParam, *maxTokens, inputParam, maxParam, room)
 		}
 		j.req.MaxTokens = *maxTokens
 	} else {
@@ -256,6 +303,9 @@ func (srv *Server) common(p commonParams, maxTokens *int, maxParam string, promp
 	if p.Seed != nil {
 		smp.Seed, smp.Seeded = *p.Seed, true
 	}
+	if e := srv.processors(p, &smp); e != nil {
+		return e
+	}
 	j.req.Sampling = smp
 	stops, err := p.stops()
 	if err != nil {
@@ -271,6 +321,50 @@ func (srv *Server) common(p commonParams, maxTokens *int, maxParam string, promp
 			return badRequest("stream_options", "invalid_value", "stream_options is only allowed with \"stream\": true")
 		}
 		j.includeUsage = p.StreamOptions.IncludeUsage
+	}
+	return nil
+}
+
+// maxLogitBias is the bound vLLM and OpenAI put on a logit_bias value;
+// vLLM clamps to it, and so does this server.
+const maxLogitBias = 100
+
+// processors reads logit_bias, min_p and repetition_penalty into smp,
+// with vLLM's rules: logit_bias keys are token ids of the vocabulary and
+// its values are clamped to ±100, min_p is in [0, 1], repetition_penalty
+// is greater than zero (1 leaves repeats alone).
+func (srv *Server) processors(p commonParams, smp *sched.Sampling) *apiError {
+	if len(p.LogitBias) > 0 {
+		vocab := srv.s.Backend().VocabSize()
+		smp.LogitBias = make(map[int32]float32, len(p.LogitBias))
+		var outside []string
+		for k, v := range p.LogitBias {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil {
+				return badRequest("logit_bias", "invalid_value", "logit_bias keys must be token ids (integers as strings, e.g. {\"100\": 5}), got %q", k)
+			}
+			if id < 0 || id >= int64(vocab) {
+				outside = append(outside, k)
+				continue
+			}
+			smp.LogitBias[int32(id)] = float32(max(-maxLogitBias, min(maxLogitBias, v)))
+		}
+		if len(outside) > 0 {
+			slices.Sort(outside)
+			return badRequest("logit_bias", "invalid_value", "token_id(s) [%s] in logit_bias contain out-of-vocab token ids. Vocabulary size: %d", strings.Join(outside, ", "), vocab)
+		}
+	}
+	if p.MinP != nil {
+		if v := *p.MinP; math.IsNaN(v) || v < 0 || v > 1 {
+			return badRequest("min_p", "invalid_value", "min_p must be in [0, 1], got %v", v)
+		}
+		smp.MinP = *p.MinP
+	}
+	if p.RepetitionPenalty != nil {
+		if v := *p.RepetitionPenalty; !(v > 0) || math.IsInf(v, 1) {
+			return badRequest("repetition_penalty", "invalid_value", "repetition_penalty must be greater than zero (1 leaves repeats alone), got %v", v)
+		}
+		smp.RepetitionPenalty = *p.RepetitionPenalty
 	}
 	return nil
 }
@@ -321,10 +415,7 @@ func (srv *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var j job
-	if e := srv.common(req.commonParams, req.MaxTokens, "max_tokens", len(ids), 16, &j); e != nil {
-		if e.Code != nil && *e.Code == "context_length_exceeded" && e.Param != nil && *e.Param == "messages" {
-			e.Param = strp("prompt")
-		}
+	if e := srv.common(req.commonParams, req.MaxTokens, "max_tokens", "prompt", len(ids), 16, &j); e != nil {
 		srv.fail(w, r, e)
 		return
 	}
@@ -377,7 +468,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 		maxTok, param = req.MaxTokens, "max_tokens"
 	}
 	var j job
-	if e := srv.common(req.commonParams, maxTok, param, len(ids), math.MaxInt, &j); e != nil {
+	if e := srv.common(req.commonParams, maxTok, param, "messages", len(ids), math.MaxInt, &j); e != nil {
 		srv.fail(w, r, e)
 		return
 	}

@@ -148,7 +148,12 @@ func newEnvWith(t *testing.T, be *fakeBackend, srvTok Tokenizer, apiKey string) 
 }
 
 func (e *env) client(opts ...option.RequestOption) openai.Client {
-	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(e.url + "/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0)}, opts...)...)
+	return openai.NewClient(append(clientOpts(e.url), opts...)...)
+}
+
+// clientOpts points an openai-go client at the server at url.
+func clientOpts(url string) []option.RequestOption {
+	return []option.RequestOption{option.WithBaseURL(url + "/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0)}
 }
 
 // waitNoBlocks waits for the scheduler to release every KV block (it frees
