@@ -9,6 +9,7 @@ import (
 
 	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/serve"
+	"github.com/treni-top/treni-top/engine/server"
 )
 
 // mainStartedAt is when package main finished initialising, i.e. just
@@ -86,6 +87,8 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
 	f.StringVar(&o.Load, "load", "", "how the weights are taken: mmap (compute from the mapped files; CPU default) or copy (read them into the engine's own memory, like llama.cpp --no-mmap; the CUDA backend's staged upload, its default)")
-	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost)")
+	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost; refused beyond 90% of the memory available)")
+	f.DurationVar(&o.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request's head and body must arrive within this; a stalled one is answered 408 and its connection closed")
+	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open HTTP connections at most; one more is answered 503")
 	return cmd
 }

@@ -214,7 +214,7 @@ func NewBackend(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.Load(ck, opts)
+	return s.Load(context.Background(), ck, opts)
 }
 
 // checkOptions refuses what no device work can fix.

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -207,7 +208,7 @@ func TestUploadBothPaths(t *testing.T) {
 					ring := &stagingRing{mem: make([]byte, slots*slot), slotBytes: slot}
 					// A slot a reader: every slot is used with own copies too.
 					feed := readerFeed{readers: readers, perReader: 1, ownCopies: own, thread: goThread}
-					st, err = runStaged(fx.chunks, q, ring, feed, dma)
+					st, err = runStaged(context.Background(), fx.chunks, q, ring, feed, dma)
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}

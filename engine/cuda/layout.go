@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -255,8 +257,9 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 // of the mapping, each registered with cuMemHostRegister (read-only) before
 // its copies are enqueued and unregistered once they finish. When
 // registration is refused (an old driver, a locked-memory limit), it falls
-// back to pageable copies and says so in the result.
-func (b *Backend) copyRegistered(jobs []copyJob) (chunks int, registered bool, err error) {
+// back to pageable copies and says so in the result. It stops before the
+// next chunk once ctx ends.
+func (b *Backend) copyRegistered(ctx context.Context, jobs []copyJob) (chunks int, registered bool, err error) {
 	if len(jobs) == 0 {
 		return 0, false, nil
 	}
@@ -310,6 +313,9 @@ func (b *Backend) copyRegistered(jobs []copyJob) (chunks int, registered bool, e
 		ji := 0
 		for cs := lo; cs < hi; cs += uploadChunk {
 			ce := min(cs+uploadChunk, hi)
+			if err := ctx.Err(); err != nil {
+				return chunks, registered, errors.Join(fmt.Errorf("upload weights: %w", err), retire(true))
+			}
 			if err := retire(false); err != nil {
 				return chunks, registered, err
 			}

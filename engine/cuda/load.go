@@ -106,8 +106,10 @@ func Start(opts BackendOptions) (*Starter, error) {
 
 // Load finishes the backend over ck with opts (opts.Device and the fields
 // of envOptions are the ones Start settled). On error everything Start
-// began is released.
-func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
+// began is released. When ctx ends the upload's readers stop at their
+// next chunk and Load returns ctx's error (a server told to stop while
+// loading: SIGTERM, Ctrl-C).
+func (s *Starter) Load(ctx context.Context, ck *model.Checkpoint, opts BackendOptions) (*Backend, error) {
 	if s.used {
 		return nil, errors.New("cuda: Starter.Load called twice")
 	}
@@ -151,7 +153,7 @@ func (s *Starter) Load(ck *model.Checkpoint, opts BackendOptions) (*Backend, err
 		}
 		b.qDim, b.kvDim = c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 		b.qkvDim = b.qDim + 2*b.kvDim
-		err = b.r.Do(context.Background(), func() error { return b.build(ck, s) })
+		err = b.r.Do(context.Background(), func() error { return b.build(ctx, ck, s) })
 	}
 	if err != nil {
 		s.release()
@@ -249,7 +251,7 @@ func (b *Backend) initCUDA() error {
 // kernels and cuBLASLt, allocates the KV pool and warms up; the
 // decoder_tensor_upload stage therefore overlaps kernel_load, kv_alloc and
 // warmup on the time axis.
-func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
+func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) error {
 	t0 := time.Now()
 	st, jobs, finish, err := b.layout(ck)
 	if err != nil {
@@ -328,7 +330,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 				b.staging.dma = dma // build reads it only after join
 				feed := readerFeed{readers: up.readers, perReader: up.perReader, ownCopies: up.ownCopies,
 					thread: func(f func() error) <-chan error { return contextThread(b.c, "upload reader", f) }}
-				staged, err = runStaged(chunks, q, ring, feed, dma)
+				staged, err = runStaged(ctx, chunks, q, ring, feed, dma)
 				st.registered = dma.allRegistered()
 			} else {
 				st.registered = true
@@ -342,7 +344,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		if rr.err != nil {
 			st.fallback = rr.err.Error()
 		}
-		st.chunks, st.registered, err = b.copyRegistered(jobs)
+		st.chunks, st.registered, err = b.copyRegistered(ctx, jobs)
 		upEnd = time.Now()
 		if err != nil {
 			return err
@@ -362,7 +364,7 @@ func (b *Backend) build(ck *model.Checkpoint, s *Starter) error {
 		err = b.allocKV()
 	}
 	if err == nil && !b.opts.NoLoadWarmup {
-		err = b.loadWarmup(context.Background(), overlapped)
+		err = b.loadWarmup(ctx, overlapped)
 	}
 	if upErr := join(); upErr != nil || err != nil {
 		return errors.Join(err, upErr)

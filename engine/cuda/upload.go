@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -554,8 +555,9 @@ func (st stagedStats) attrs() map[string]any {
 // once every slot in use is prepared, or when it returns. It returns when
 // every copy has been fenced and waited for, or at the first error (after
 // the readers have stopped, and after closing q so that the in-place
-// copiers stop too).
-func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, feed readerFeed, dma dmaEngine) (st stagedStats, err error) {
+// copiers stop too); ctx ending is such an error, seen by each reader
+// before its next chunk.
+func runStaged(ctx context.Context, chunks []readChunk, q *chunkQueue, ring *stagingRing, feed readerFeed, dma dmaEngine) (st stagedStats, err error) {
 	defer func() {
 		if err != nil {
 			q.close()
@@ -582,6 +584,9 @@ func runStaged(chunks []readChunk, q *chunkQueue, ring *stagingRing, feed reader
 		files[c.file] = f
 	}
 	read := func(c readChunk, dst []byte) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("upload weights: %w", err)
+		}
 		if _, err := files[c.file].ReadAt(dst, c.off); err != nil {
 			return fmt.Errorf("read %s at %d (%d bytes): %w", c.file, c.off, c.n, err)
 		}

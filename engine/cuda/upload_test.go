@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -183,7 +184,7 @@ func TestStagedUploadPlacesEveryByte(t *testing.T) {
 					feed := readerFeed{readers: readers, perReader: per, ownCopies: own, thread: goThread}
 					run := fmt.Sprintf("own copies %v, readers %d, slots %d (%d each)", own, readers, slots, per)
 					t0 := time.Now()
-					st, err := runStaged(chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
+					st, err := runStaged(context.Background(), chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
 					wall := time.Since(t0)
 					if err != nil {
 						t.Fatalf("%s: %v", run, err)
@@ -268,9 +269,51 @@ func TestStagedUploadErrors(t *testing.T) {
 	}
 }
 
+// cancelDMA is lazyDMA that cancels the upload's context at its n-th copy:
+// a stop (SIGTERM, Ctrl-C) arriving in the middle of an upload.
+type cancelDMA struct {
+	*lazyDMA
+	n      atomic.Int32
+	at     int32
+	cancel context.CancelFunc
+}
+
+func (d *cancelDMA) copy(stream int, dst DevicePtr, src []byte) error {
+	if d.n.Add(1) == d.at {
+		d.cancel()
+	}
+	return d.lazyDMA.copy(stream, dst, src)
+}
+
+// TestStagedUploadStopsWhenCancelled: a context that ends during the
+// staged upload stops its readers before their next chunk, with either
+// feed: the upload returns context.Canceled, having read only part of the
+// chunks. (Copies still in flight are synchronized when the failed load
+// releases the copy engine's streams, before the ring is unmapped.)
+func TestStagedUploadStopsWhenCancelled(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.safetensors")
+	writeWeights(t, path, 64<<10, 4)
+	jobs := []copyJob{{file: path, off: 0, n: 64 << 10, dst: 0}}
+	chunks := planChunks(jobs, 4096, 4096)
+	for _, feed := range []readerFeed{{readers: 2}, {readers: 2, perReader: 2, ownCopies: true, thread: goThread}} {
+		ring := &stagingRing{mem: make([]byte, 4*4096), slotBytes: 4096}
+		ctx, cancel := context.WithCancel(context.Background())
+		dma := &cancelDMA{lazyDMA: newLazyDMA(64 << 10), at: 3, cancel: cancel}
+		st, err := runStaged(ctx, chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("own copies %v: cancelled upload: %v, want context.Canceled", feed.ownCopies, err)
+		}
+		if st.chunks >= len(chunks) {
+			t.Fatalf("own copies %v: %d of %d chunks uploaded after the cancel", feed.ownCopies, st.chunks, len(chunks))
+		}
+	}
+}
+
 // runStaged1 runs the staged path alone over every chunk.
 func runStaged1(chunks []readChunk, ring *stagingRing, feed readerFeed, dma dmaEngine) (stagedStats, error) {
-	return runStaged(chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
+	return runStaged(context.Background(), chunks, newChunkQueue(len(chunks), false), ring, feed, dma)
 }
 
 // TestPlanChunksAligned: with a page as align, every chunk starts on a

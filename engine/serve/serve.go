@@ -91,6 +91,13 @@ type Options struct {
 	// InitAttrs are added to the runtime_init stage line: work the caller
 	// did between main and Run (e.g. preparing the demo checkpoint).
 	InitAttrs trace.Attrs
+	// BodyTimeout bounds the time a request's head and body may take to
+	// arrive; a stalled body is answered 408 (default
+	// server.DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// MaxConnections caps open HTTP connections; one more is answered
+	// 503 (default server.DefaultMaxConnections).
+	MaxConnections int
 }
 
 // emitter writes stage lines and log lines to one writer.
@@ -217,6 +224,9 @@ func Run(ctx context.Context, o Options) error {
 		if ck != nil {
 			ck.Close()
 		}
+		if ctx.Err() != nil {
+			return stoppedLoading(ctx, o.ModelDir)
+		}
 		return errors.Join(err, tokErr)
 	}
 	defer ck.Close()
@@ -240,9 +250,15 @@ func Run(ctx context.Context, o Options) error {
 	if blocks <= 0 {
 		blocks = max(o.MaxBatch*2048, maxSeq) / o.BlockSize
 	}
-	be, err := newBackend(ck, o, blocks, em, starter, resident < 0.5)
+	if maxSeq, err = fitContext(maxSeq, o.MaxSeqLen > 0, blocks, o.BlockSize, em.log); err != nil {
+		return err
+	}
+	be, err := newBackend(ctx, ck, o, blocks, em, starter, resident < 0.5)
 	starter = nil // Load consumed it, whatever its outcome
 	if err != nil {
+		if ctx.Err() != nil {
+			return stoppedLoading(ctx, o.ModelDir)
+		}
 		return err
 	}
 	defer be.Close()
@@ -256,7 +272,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	var touched []byte
 	if o.KVTouchGiB > 0 {
-		touched = touchPool(o.KVTouchGiB)
+		// Again now that the weights take their share of the memory.
+		if err := checkTouch(o.KVTouchGiB, "/"); err != nil {
+			return err
+		}
+		if touched, err = touchPool(ctx, o.KVTouchGiB); err != nil {
+			return stoppedLoading(ctx, o.ModelDir)
+		}
 	}
 	if o.MaxBatchedTokens == 0 {
 		o.MaxBatchedTokens = DefaultBatchedTokens(be.Name())
@@ -283,6 +305,7 @@ func Run(ctx context.Context, o Options) error {
 
 	// http_ready: listener start → our own /health answers.
 	srv, err := server.New(s, tok, server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
+		BodyTimeout: o.BodyTimeout, MaxConnections: o.MaxConnections,
 		FirstRequest: func(arrived, first time.Time, promptTokens int) {
 			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
 		}})
@@ -298,14 +321,14 @@ func Run(ctx context.Context, o Options) error {
 	// grace for new connections, in 12 of 32 cold starts on the H100
 	// (docs/BENCHMARKS.md, sixteenth session): Shutdown closes those at
 	// once instead, once the listener is closed.
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	hs := srv.HTTPServer()
 	httpserve.CloseFreshOnShutdown(hs)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- s.Run(schedCtx) }()
 	serveDone := make(chan error, 1)
-	go func() { serveDone <- hs.Serve(ln) }()
+	go func() { serveDone <- hs.Serve(srv.Listener(ln)) }()
 	addr := ln.Addr().String()
 	if err := selfCheck(ctx, addr); err != nil {
 		stopSched()
@@ -395,8 +418,14 @@ func (o *Options) normalize(lg *log.Logger) error {
 		return fmt.Errorf("--kv-touch-gib %v: use a size in GiB between 0 and 1024", o.KVTouchGiB)
 	case o.KVBlocks < 0 || o.KVBytes < 0:
 		return errors.New("KV pool size must not be negative")
+	case o.BodyTimeout < 0:
+		return fmt.Errorf("--body-timeout %v: use a positive duration, or 0 for the default %v", o.BodyTimeout, server.DefaultBodyTimeout)
+	case o.MaxConnections < 0:
+		return fmt.Errorf("--max-connections %d: use a positive count, or 0 for the default %d", o.MaxConnections, server.DefaultMaxConnections)
 	}
-	return nil
+	// Before loading, so that an impossible size fails at once (it ended
+	// in the Go runtime's "out of memory" and a 189-line stack dump).
+	return checkTouch(o.KVTouchGiB, "/")
 }
 
 // loadCheckpoint runs tensor_index_build, then page_cache and, for a
@@ -505,13 +534,47 @@ func kvBytesPerPosition(c model.Config) int64 {
 }
 
 // touchPool allocates gib GiB and writes one byte per page, so the cost of
-// faulting in a large first-time allocation shows up in kv_alloc.
-func touchPool(gib float64) []byte {
+// faulting in a large first-time allocation shows up in kv_alloc. It
+// gives up, with ctx's error, when ctx ends (it looks every 64 MiB).
+func touchPool(ctx context.Context, gib float64) ([]byte, error) {
 	b := make([]byte, int64(gib*(1<<30)))
 	for i := 0; i < len(b); i += 4096 {
+		if i&(64<<20-1) == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		b[i] = 1
 	}
-	return b
+	return b, nil
+}
+
+// stoppedLoading is Run's error when ctx ended (SIGTERM, Ctrl-C) before
+// the server was up: whatever the load was doing stopped at its next
+// chunk.
+func stoppedLoading(ctx context.Context, dir string) error {
+	return fmt.Errorf("stopped while loading %s: %w", dir, context.Cause(ctx))
+}
+
+// fitContext is the served context length given the KV pool: a sequence
+// can never hold more positions than the pool (blocks × blockSize), so a
+// context longer than that would be advertised by /v1/models and accepted
+// in requests that then stop early, silently, at the pool's end. A
+// context the user asked for (--max-model-len) that the pool cannot hold
+// is refused, as vLLM refuses it; the default is shortened, and the log
+// says so.
+func fitContext(maxSeq int, asked bool, blocks, blockSize int, lg *log.Logger) (int, error) {
+	pool := blocks * blockSize
+	if maxSeq <= pool {
+		return maxSeq, nil
+	}
+	if asked {
+		return 0, fmt.Errorf("--max-model-len %d is longer than the KV pool holds (%d blocks × %d positions = %d); give more KV blocks (--kv-blocks, --kv-gib) or a --max-model-len of at most %d",
+			maxSeq, blocks, blockSize, pool, pool)
+	}
+	if pool < 2 {
+		return 0, fmt.Errorf("a KV pool of %d blocks × %d positions holds %d position(s), too few for a prompt token and a generated one; give more KV blocks (--kv-blocks, --kv-gib)", blocks, blockSize, pool)
+	}
+	lg.Printf("context %d instead of %d: the KV pool of %d blocks × %d positions holds no more (give more KV blocks for a longer one)", pool, maxSeq, blocks, blockSize)
+	return pool, nil
 }
 
 // warmup runs passes of one 32-token prefill and one decode step directly
@@ -648,12 +711,15 @@ func DefaultBatchedTokens(backend string) int {
 // saying why, cpu never touches CUDA. The CUDA backend reports its own cold
 // stages (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc,
 // graph_capture) as stage lines.
-func newBackend(ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
+func newBackend(ctx context.Context, ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
 	if starter != nil {
-		cb, err := starter.Load(ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load),
+		cb, err := starter.Load(ctx, ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load),
 			Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
 		if err == nil {
 			return cb, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
 		}
 		if o.Device == "cuda" {
 			return nil, fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)

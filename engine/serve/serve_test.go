@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/engine/model/synth"
+	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -117,9 +119,13 @@ func TestRunInProcess(t *testing.T) {
 	if !strings.Contains(stderr.String(), "device auto") {
 		t.Fatalf("auto device choice not logged:\n%s", stderr.String())
 	}
-	// No budget given: the CPU backend's default, said in the serving line.
-	if want := fmt.Sprintf("on cpu: 64 KV blocks × 16 positions, context 4096, max batch 16, %d tokens a step", DefaultBatchedTokens("cpu")); !strings.Contains(stderr.String(), want) {
+	// No budget given: the CPU backend's default, said in the serving
+	// line; the context is what 64 blocks of 16 hold, not the model's 4096.
+	if want := fmt.Sprintf("on cpu: 64 KV blocks × 16 positions, context 1024, max batch 16, %d tokens a step", DefaultBatchedTokens("cpu")); !strings.Contains(stderr.String(), want) {
 		t.Fatalf("serving line does not say %q:\n%s", want, stderr.String())
+	}
+	if want := "context 1024 instead of 4096: the KV pool of 64 blocks × 16 positions holds no more"; !strings.Contains(stderr.String(), want) {
+		t.Fatalf("the shortened context is not explained (%q):\n%s", want, stderr.String())
 	}
 }
 
@@ -131,6 +137,8 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{ModelDir: "x", Device: "cpu", WarmupPasses: -1},
 		{ModelDir: "x", Device: "cpu", KVTouchGiB: -2},
 		{ModelDir: "x", Device: "cpu", MaxBatchedTokens: -1},
+		{ModelDir: "x", Device: "cpu", BodyTimeout: -time.Second},
+		{ModelDir: "x", Device: "cpu", MaxConnections: -1},
 		{ModelDir: filepath.Join(t.TempDir(), "missing"), Device: "cpu"},
 	} {
 		o.Stderr = io.Discard
@@ -260,5 +268,94 @@ func TestShutdownClosesFreshConnections(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the fresh connection is still open after Run returned")
+	}
+}
+
+// TestRunContextFitsKVPool: with --kv-blocks 8 (128 positions) the served
+// context is what the pool holds: /v1/models says so, max_tokens 1000 is
+// refused up front (it used to stop silently at 126 tokens with
+// finish_reason length), and --max-model-len beyond the pool is refused
+// at start, as vLLM refuses it.
+func TestRunContextFitsKVPool(t *testing.T) {
+	dir := tinyModel(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done, _ := startRun(ctx, t, Options{ModelDir: dir, Device: "cpu", KVBlocks: 8, TokenizerCacheDir: "-"})
+	resp, err := http.Get("http://" + addr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"max_model_len":128`) {
+		t.Fatalf("/v1/models with 8 KV blocks of 16: %s, want max_model_len 128", b)
+	}
+	resp, err = http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":[1,2],"max_tokens":1000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "This model's maximum context length is 128 tokens. However, you requested 1002 tokens (2 in the prompt, 1000 in the completion).") {
+		t.Fatalf("max_tokens 1000 with a 128-position pool: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	err = Run(context.Background(), Options{ModelDir: dir, Device: "cpu", KVBlocks: 8, MaxSeqLen: 512, Stderr: io.Discard, TokenizerCacheDir: "-"})
+	if err == nil || !strings.Contains(err.Error(), "--max-model-len 512 is longer than the KV pool holds") {
+		t.Fatalf("--max-model-len 512 with a 128-position pool: %v", err)
+	}
+}
+
+// TestRunLogitBiasOnCPU: logit_bias {"100": 100} at temperature 0 makes
+// token 100 win every step on the real CPU backend (which chooses tokens
+// itself, like the CUDA one: the scheduler draws this request on the host).
+func TestRunLogitBiasOnCPU(t *testing.T) {
+	dir := tinyModel(t)
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done, _ := startRun(ctx, t, Options{ModelDir: dir, Device: "cpu", KVBlocks: 64, TokenizerCacheDir: "-"})
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"tiny","prompt":"hello there","max_tokens":6,"temperature":0,"logit_bias":{"100":100},"ignore_eos":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if err != nil || len(out.Choices) != 1 {
+		t.Fatalf("%d: %v %+v", resp.StatusCode, err, out)
+	}
+	if want := tok.Decode([]int32{100, 100, 100, 100, 100, 100}); out.Choices[0].Text != want {
+		t.Fatalf("logit_bias {\"100\": 100} at temperature 0: %q, want token 100 six times (%q)", out.Choices[0].Text, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunStoppedWhileLoading: a context that ends (SIGTERM, Ctrl-C) while
+// the checkpoint loads makes Run return, saying so, instead of serving or
+// hanging.
+func TestRunStoppedWhileLoading(t *testing.T) {
+	dir := tinyModel(t)
+	for _, load := range []string{"mmap", "copy"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := Run(ctx, Options{ModelDir: dir, Device: "cpu", Load: load, Stderr: io.Discard, TokenizerCacheDir: "-"})
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped while loading") {
+			t.Errorf("--load %s, stopped before loading: %v, want context.Canceled and \"stopped while loading\"", load, err)
+		}
 	}
 }
