@@ -146,6 +146,13 @@ func TestRunRejectsBadOptions(t *testing.T) {
 			t.Errorf("Run(%+v) succeeded", o)
 		}
 	}
+	// 1000 GiB is more than 90% of what any machine this runs on has
+	// available: refused in one line before anything loads (TestCheckTouch
+	// has the rule), where it crashed the Go runtime.
+	err := Run(context.Background(), Options{ModelDir: t.TempDir(), Device: "cpu", KVTouchGiB: 1000, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "--kv-touch-gib 1000: 1000.0 GiB is more than 90% of the") {
+		t.Errorf("--kv-touch-gib 1000: %v", err)
+	}
 }
 
 // TestContextLength: --max-model-len may raise the context above the
