@@ -83,7 +83,7 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, "token budget of one step: decodes first, then prompts prefilled in chunks in what is left (0: 2048 on CUDA, 256 on the CPU)")
 	f.IntVar(&o.MaxBatchedTokens, "max-num-batched-tokens", 0, "same as --max-batched-tokens (vLLM's name)")
 	f.BoolVar(&prefixCache, "prefix-cache", true, "share the KV blocks of common prompt prefixes across requests (--prefix-cache=false turns it off)")
-	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length (default: the model's, at most 8192; up to the model's max_position_embeddings)")
+	f.IntVar(&o.MaxSeqLen, "max-model-len", 0, "context length (default: the model's, at most 8192 and at most what the KV pool holds; up to the model's max_position_embeddings and the pool's positions)")
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
 	f.StringVar(&o.Load, "load", "", "how the weights are taken: mmap (compute from the mapped files; CPU default) or copy (read them into the engine's own memory, like llama.cpp --no-mmap; the CUDA backend's staged upload, its default)")
