@@ -3,6 +3,8 @@ package model
 import (
 	"errors"
 	"fmt"
+
+	"github.com/treni-top/treni-top/engine/regfile"
 )
 
 // Sentinel errors of the index build and config parse. Every failure wraps
@@ -48,7 +50,7 @@ var (
 	// ErrNotRegular: config.json, the index or a weight file is not a
 	// regular file (a named pipe, a directory, a device, a socket), which
 	// could block the load forever or be read without end.
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = regfile.ErrNotRegular
 	// ErrDuplicateTensor: the same name appears twice (in one header or in
 	// two shards).
 	ErrDuplicateTensor = errors.New("duplicate tensor")

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"unsafe"
+
+	"github.com/treni-top/treni-top/engine/regfile"
 )
 
 // The binary cache holds everything parse derives from tokenizer.json as
@@ -121,7 +123,7 @@ var errBadCache = errors.New("tokenizer cache file is corrupt")
 // readCache loads a cache file. Every length and offset is checked, so a
 // corrupt or hostile file yields an error, never a panic.
 func readCache(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := regfile.ReadFile(path, maxCacheFile)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/treni-top/treni-top/engine/regfile"
+)
+
+// Size caps of the files Load reads through regfile.ReadFile, which also
+// refuses a named pipe or a directory instead of blocking on it. Real
+// tokenizer.json files are 2–35 MB and their binary caches smaller; a
+// file past these caps is not one of them.
+const (
+	maxTokenizerFile = 512 << 20
+	maxConfigFile    = 64 << 20
+	maxMemoFile      = 4 << 10
+	maxCacheFile     = 1 << 30
 )
 
 // LoadOptions configures Load.
@@ -46,10 +59,10 @@ func LoadWith(dir string, opt LoadOptions) (*Tokenizer, LoadStats, error) {
 	var st LoadStats
 	path := filepath.Join(dir, "tokenizer.json")
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	cfgData, err := os.ReadFile(cfgPath)
+	cfgData, err := regfile.ReadFile(cfgPath, maxConfigFile)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			return nil, st, fmt.Errorf("reading tokenizer config: %w", err)
+			return nil, st, fmt.Errorf("reading tokenizer config %s: %w", cfgPath, err)
 		}
 		cfgData = nil
 	}
@@ -70,7 +83,7 @@ func LoadWith(dir string, opt LoadOptions) (*Tokenizer, LoadStats, error) {
 	if cacheDir != "-" {
 		memo = statMemoPath(cacheDir, path, cfgPath)
 		if memo != "" {
-			if key, err := os.ReadFile(memo); err == nil && validKey(string(key)) {
+			if key, err := regfile.ReadFile(memo, maxMemoFile); err == nil && validKey(string(key)) {
 				cacheFile := filepath.Join(cacheDir, string(key)+".tok")
 				if t, err := readCache(cacheFile); err == nil {
 					t.applyConfig(cfg)
@@ -85,12 +98,12 @@ func LoadWith(dir string, opt LoadOptions) (*Tokenizer, LoadStats, error) {
 		}
 	}
 
-	data, err := os.ReadFile(path)
+	data, err := regfile.ReadFile(path, maxTokenizerFile)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, st, fmt.Errorf("no tokenizer.json in %s: point at a Hugging Face model directory that has one (or write one with 'treni-top model synth'): %w", dir, err)
 		}
-		return nil, st, fmt.Errorf("reading tokenizer: %w", err)
+		return nil, st, fmt.Errorf("reading tokenizer %s: %w", path, err)
 	}
 	st.JSONBytes = len(data)
 	var cacheFile string

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/treni-top/treni-top/engine/regfile"
 )
 
 // pieces splits s with the Qwen (digits 1) or Llama 3 (digits 3) scanner.
@@ -337,6 +341,25 @@ func TestLoadErrors(t *testing.T) {
 			t.Errorf("%s: loaded without error", name)
 		} else if !strings.Contains(err.Error(), "tokenizer.json") {
 			t.Errorf("%s: error does not name the file: %v", name, err)
+		}
+	}
+}
+
+// TestLoadRefusesNamedPipes: a FIFO in place of tokenizer.json or
+// tokenizer_config.json is refused at once; opening one for reading
+// would wait for a writer forever, deaf to signals, and hang serve.
+func TestLoadRefusesNamedPipes(t *testing.T) {
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		d := t.TempDir()
+		if name != "tokenizer.json" {
+			os.WriteFile(filepath.Join(d, "tokenizer.json"), []byte(`{"model":{"type":"BPE"}}`), 0o644)
+		}
+		if err := unix.Mkfifo(filepath.Join(d, name), 0o600); err != nil {
+			t.Fatalf("mkfifo: %v", err)
+		}
+		_, _, err := LoadWith(d, LoadOptions{CacheDir: "-"})
+		if !errors.Is(err, regfile.ErrNotRegular) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s as a FIFO: %v, want a not-a-regular-file error naming it", name, err)
 		}
 	}
 }
