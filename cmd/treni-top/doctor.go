@@ -23,7 +23,9 @@ TRENI_CUDA_LIB_DIR (folders holding libcublasLt.so.*).
 
 --floors also measures the machine's physical floors on GPU 0: cuInit,
 primary context retain, pageable/registered/pinned host→device bandwidth,
-cuMemHostRegister and cuMemHostAlloc cost, device copy bandwidth, how fast
+cuMemHostRegister and cuMemHostAlloc cost, device copy bandwidth, cuBLASLt's
+bf16 matrix rate (an 8192³ product on random data, timed with device
+events: the ceiling a workload's prefill FLOPs are set against), how fast
 the staged upload's reader threads copy a file out of the page cache (alone
 and beside a pinned copy), and how fast the copy engine reads that file's
 pages registered in place (it writes a file of up to 1 GiB to TMPDIR; put
@@ -67,7 +69,7 @@ TMPDIR on the weights' file system).`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.Flags().BoolVar(&floors, "floors", false, "also measure cuInit, context, H2D, device-copy and page-cache read floors on GPU 0 and this host")
+	cmd.Flags().BoolVar(&floors, "floors", false, "also measure cuInit, context, H2D, device-copy, bf16 GEMM and page-cache read floors on GPU 0 and this host")
 	cmd.Flags().IntVar(&floorBytes, "floor-bytes", 1<<30, "bytes per copy when measuring floors")
 	return cmd
 }

@@ -24,6 +24,11 @@ type Floors struct {
 	HostAllocMS     float64 `json:"host_alloc_ms"`    // cuMemHostAlloc of Bytes
 	D2DGBps         float64 `json:"d2d_gb_per_s"`     // bytes read + written
 	Bytes           int     `json:"bytes"`
+	// Gemm is cuBLASLt's bf16 matrix rate (gemmfloor.go): a workload's
+	// prefill is bounded by its FLOPs over it. Nil when it could not be
+	// measured; GemmError then says why.
+	Gemm      *GemmFloor `json:"gemm_bf16,omitempty"`
+	GemmError string     `json:"gemm_bf16_error,omitempty"`
 	// PageCacheRead is the host's half of the staged upload's floor
 	// (hostfloor.go): reader threads copying a resident file out of the
 	// page cache, for 1, half and all of the upload's reader count.
@@ -36,8 +41,10 @@ type Floors struct {
 
 // MeasureFloors times cuInit, primary-context retain, and copies of n bytes
 // (pageable, pinned, registered host → device; device → device) on device
-// 0, then how fast the staged upload's reader threads can copy a resident
-// file of up to 1 GiB (written to os.TempDir) out of the page cache, alone
+// 0, cuBLASLt's bf16 matrix rate (Gemm; a missing cuBLASLt is recorded in
+// GemmError, not returned, so the copy floors still print), then how fast
+// the staged upload's reader threads can copy a resident file of up to
+// 1 GiB (written to os.TempDir) out of the page cache, alone
 // and beside pinned copies (PageCacheRead), and how fast the copy engine
 // reads that file registered in place (RegisteredFile). It must be the
 // first CUDA work of the process for cuInit to be meaningful, and runs
@@ -136,6 +143,11 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 		if err != nil {
 			return err
 		}
+		if g, err := measureGemm(c, s); err != nil {
+			f.GemmError = err.Error()
+		} else {
+			f.Gemm = &g
+		}
 		pc, err := newPageCacheFile(os.TempDir(), min(n, 1<<30))
 		if err != nil {
 			return err
@@ -202,6 +214,12 @@ func (f Floors) Text() string {
 	fmt.Fprintf(&b, "cuMemHostRegister           %8.1f ms\n", f.HostRegisterMS)
 	fmt.Fprintf(&b, "cuMemHostAlloc              %8.1f ms\n", f.HostAllocMS)
 	fmt.Fprintf(&b, "D2D (read + write)          %8.0f GB/s\n", f.D2DGBps)
+	if g := f.Gemm; g != nil {
+		fmt.Fprintf(&b, "GEMM bf16 %dx%dx%d          %8.0f TFLOP/s (median of %d batches; %.0f–%.0f)\n",
+			g.M, g.N, g.K, g.TFLOPS, gemmFloorBatches, g.MinTFLOPS, g.MaxTFLOPS)
+	} else if f.GemmError != "" {
+		fmt.Fprintf(&b, "GEMM bf16: not measured: %s\n", f.GemmError)
+	}
 	for _, r := range f.PageCacheRead {
 		fmt.Fprintf(&b, "page cache → memory, %2d threads %6.1f GB/s alone, %.1f beside a pinned H2D copy (which then ran at %.1f)\n",
 			r.Threads, r.GBps, r.BesideH2DGBps, r.H2DBesideGBps)
