@@ -15,6 +15,7 @@ import (
 	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/probe/load"
 	"github.com/treni-top/treni-top/probe/prober"
+	"github.com/treni-top/treni-top/probe/roofline"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/tui"
@@ -30,6 +31,8 @@ type benchOptions struct {
 	maxTokens              int
 	concurrency            int
 	qps                    []float64
+	sweepSeconds           float64
+	floors, modelConfig    string
 	seed                   uint64
 	warmup, repeat         int
 	sloTTFT, sloTPOT       float64
@@ -65,7 +68,15 @@ paged_attention (48, [128,384], [128,256], one burst), chunked_prefill (48,
 embedded corpus at ~4 characters per token; token counts come from the
 server's usage. --num-requests/--prompt-tokens/--max-tokens define a custom
 workload, --qps a Poisson sweep (input 1024 / output 128 by default),
---workload-file custom workloads (docs/BENCH_SCHEMA.md).
+--workload-file custom workloads (docs/BENCH_SCHEMA.md). A sweep ends with its
+saturation: the highest QPS whose TPOT p99 stays within --slo-tpot-ms (50 ms
+by default) with no queue growth and no errors, and the output tok/s there.
+
+With --floors (treni-top doctor --floors --json, run on the server's machine)
+and --model-config (the served checkpoint's config.json or folder), a burst of
+equal requests (--num-requests N --concurrency N) is set against its bound:
+every prompt's FLOPs over the measured bf16 GEMM rate, then every decode
+step's weight and KV bytes over the measured device-copy rate.
 
 Every request is recorded in a session (report, replay and diff work on it);
 the report is printed as Markdown, or as JSON (schema treni-top-bench/1)
@@ -92,6 +103,9 @@ with --json.`,
 	f.IntVar(&o.maxTokens, "max-tokens", 0, "custom workload: max_tokens (--qps default 128)")
 	f.IntVar(&o.concurrency, "concurrency", 0, "cap on requests in flight (0: no cap)")
 	f.Float64SliceVar(&o.qps, "qps", nil, "QPS sweep: Poisson arrival rates, e.g. 1,2,4,8")
+	f.Float64Var(&o.sweepSeconds, "sweep-seconds", load.SweepSeconds, "QPS sweep: seconds of arrivals per level when --num-requests is not given (at least 16 requests)")
+	f.StringVar(&o.floors, "floors", "", "treni-top doctor --floors --json output of the server's machine: with --model-config, the bound of a burst of equal requests")
+	f.StringVar(&o.modelConfig, "model-config", "", "the served checkpoint's config.json (or its folder): with --floors, the bound of a burst of equal requests")
 	f.Uint64Var(&o.seed, "seed", load.DefaultSeed, "seed for prompts, lengths and arrivals")
 	f.IntVar(&o.warmup, "warmup-runs", 0, "runs of each workload before measuring, not counted")
 	f.IntVar(&o.repeat, "repeat-runs", 1, "measured runs of each workload (min/median/max across them)")
@@ -127,7 +141,7 @@ func (o *benchOptions) plan(workloadSet bool) (load.Plan, error) {
 	}
 	switch {
 	case len(o.qps) > 0:
-		specs, err := load.Sweep(o.qps, o.numRequests, o.promptTokens, o.maxTokens)
+		specs, err := load.Sweep(o.qps, o.numRequests, o.promptTokens, o.maxTokens, o.sweepSeconds)
 		if err != nil {
 			return p, err
 		}
@@ -171,6 +185,10 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 			return withExit(2, fmt.Errorf("--tokenizer: %w", err))
 		}
 		tok = t
+	}
+	rf, err := o.roofline()
+	if err != nil {
+		return withExit(2, err)
 	}
 	clock := trace.NewClock()
 	client, err := o.newClient(ctx, plan, ep, clock)
@@ -224,7 +242,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	} else if !o.quiet {
 		stopProgress = printBenchProgress(ctx, progress, stderr)
 	}
-	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok}
+	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok, Roofline: rf}
 	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
 	_, fileErr := l.Finish()
@@ -278,6 +296,25 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 	}
 	plan, err := o.plan(workloadSet)
 	return plan, ep, err
+}
+
+// roofline reads --floors and --model-config (both or neither).
+func (o *benchOptions) roofline() (*load.Roofline, error) {
+	if o.floors == "" && o.modelConfig == "" {
+		return nil, nil
+	}
+	if o.floors == "" || o.modelConfig == "" {
+		return nil, errors.New("the bound needs both --floors (treni-top doctor --floors --json) and --model-config (the checkpoint's config.json)")
+	}
+	rates, err := roofline.ReadFloors(o.floors)
+	if err != nil {
+		return nil, fmt.Errorf("--floors: %w", err)
+	}
+	m, err := roofline.ReadModel(o.modelConfig)
+	if err != nil {
+		return nil, fmt.Errorf("--model-config: %w", err)
+	}
+	return &load.Roofline{Model: m, Rates: rates}, nil
 }
 
 // newClient builds the load client from the flags, asking the server for

@@ -75,6 +75,8 @@ type Bench struct {
 	// Tokenizer, when set, sizes prompts in the served model's tokens
 	// (Spec.GenerateTokens); nil sizes them at CharsPerToken.
 	Tokenizer Tokenizer
+	// Roofline, when set, gives each run of one batch its bound.
+	Roofline *Roofline
 }
 
 // RunResult is one run's requests (in item order) and its span on the
@@ -82,6 +84,9 @@ type Bench struct {
 type RunResult struct {
 	Requests   []trace.Request
 	Start, End time.Duration
+	// Planned holds each item's planned send on the session clock, for
+	// planned arrivals (Poisson, uniform); nil otherwise.
+	Planned []time.Duration
 }
 
 // Execute runs every workload of the plan: warm-up runs, then the measured
@@ -141,7 +146,14 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 		}
 		for k := 1; k <= p.RepeatRuns; k++ {
 			res := b.RunOnce(ctx, spec, items, p, k, false)
-			wr.Runs = append(wr.Runs, Measure(k, res.Requests, res.End-res.Start, p.SLO, est))
+			m := Measure(k, res.Requests, res.End-res.Start, p.SLO, est)
+			if res.Planned != nil {
+				m.Queue = queueTrend(res.Requests, res.Planned)
+			}
+			if b.Roofline != nil {
+				m.Bound, m.BoundNote = b.Roofline.bound(spec, p.Concurrency, m)
+			}
+			wr.Runs = append(wr.Runs, m)
 			if cold := coldRequests(spec.Name, k, res.Requests); len(cold) > 0 {
 				rep.ColdContaminated = true
 				rep.ColdRequests = append(rep.ColdRequests, cold...)
@@ -153,6 +165,11 @@ func (b *Bench) Execute(ctx context.Context, p Plan) (Report, error) {
 		}
 		rep.Workloads = append(rep.Workloads, wr.finish())
 	}
+	limit := p.SLO.TPOTms
+	if limit == 0 {
+		limit = DefaultSaturationTPOTms
+	}
+	rep.Saturation = saturationOf(rep.Workloads, limit)
 	return rep, nil
 }
 
@@ -196,6 +213,12 @@ func (b *Bench) RunOnce(ctx context.Context, spec Spec, items []Item, p Plan, ru
 		b.emit(trace.Event{Kind: trace.KindRequest, Request: &cp})
 	}
 	res.Start = b.Clock.Now()
+	if openLoop(spec.Arrival) {
+		res.Planned = make([]time.Duration, len(items))
+		for i, it := range items {
+			res.Planned[i] = res.Start + it.At
+		}
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()

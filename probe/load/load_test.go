@@ -173,7 +173,7 @@ func TestPoissonMeanRate(t *testing.T) {
 }
 
 func TestSweepDefaults(t *testing.T) {
-	specs, err := Sweep([]float64{1, 2.5}, 0, 0, 0)
+	specs, err := Sweep([]float64{1, 2.5}, 0, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +182,16 @@ func TestSweepDefaults(t *testing.T) {
 		specs[0].Requests != 30 || specs[1].Requests != 75 {
 		t.Fatalf("sweep = %+v", specs)
 	}
-	if _, err := Sweep([]float64{0}, 0, 0, 0); err == nil {
+	if _, err := Sweep([]float64{0}, 0, 0, 0, 0); err == nil {
 		t.Fatal("QPS 0 accepted")
+	}
+	// A shorter span per level: 4 s of arrivals, still at least 16.
+	specs, err = Sweep([]float64{2, 32}, 0, 0, 0, 4)
+	if err != nil || specs[0].Requests != 16 || specs[1].Requests != 128 {
+		t.Fatalf("4 s levels: %+v, %v", specs, err)
+	}
+	if _, err := Sweep([]float64{1}, 0, 0, 0, -1); err == nil {
+		t.Fatal("a negative span accepted")
 	}
 }
 

@@ -100,6 +100,14 @@ type RunMetrics struct {
 	// gaps are in ITL as they arrived (flagged, not hidden).
 	MultiTokenChunks int      `json:"multi_token_chunks"`
 	Goodput          *Goodput `json:"goodput,omitempty"`
+	// Queue is whether the run built a queue (saturation.go); runs of
+	// planned arrivals (Poisson, uniform) only.
+	Queue *QueueTrend `json:"queue,omitempty"`
+	// Bound is the fastest the run's batch can be served on the card
+	// (bound.go), when the bench was given the model and the floors;
+	// BoundNote says why a run has none.
+	Bound     *RunBound `json:"bound,omitempty"`
+	BoundNote string    `json:"bound_note,omitempty"`
 }
 
 // Measure computes a run's metrics from its requests. duration is the

@@ -45,6 +45,10 @@ type Report struct {
 	// when the bench started, when its /metrics page says when it started
 	// (ServerStart); nil when unknown.
 	ServerUptimeS *float64 `json:"server_uptime_s,omitempty"`
+	// Saturation is a QPS sweep's verdict (saturation.go): the highest
+	// rate the server kept up with at an acceptable TPOT. Nil unless the
+	// workloads are levels of one workload at several rates.
+	Saturation *Saturation `json:"saturation,omitempty"`
 }
 
 // freshServerS is the uptime under which a server counts as just started:
@@ -206,6 +210,10 @@ func (r Report) Markdown() string {
 	}
 	if r.SLO != nil {
 		fmt.Fprintf(&b, "\nGoodput counts requests that met every SLO:%s.\n", sloText(*r.SLO))
+	}
+	writeBounds(&b, r)
+	if r.Saturation != nil {
+		writeSaturation(&b, r.Saturation)
 	}
 	if r.RepeatRuns > 1 {
 		for _, w := range r.Workloads {

@@ -176,14 +176,22 @@ const (
 	SweepPromptTokens = 1024
 	SweepMaxTokens    = 128
 	// SweepSeconds and SweepMinRequests size a sweep level when no request
-	// count is given: 30 seconds' worth of arrivals, at least 16 requests.
+	// count is given: 30 seconds' worth of arrivals (unless told another
+	// span), at least 16 requests.
 	SweepSeconds     = 30
 	SweepMinRequests = 16
 )
 
 // Sweep returns one Poisson workload per rate, named qps_<rate>. n, p and t
-// of zero take the defaults (30 s of arrivals at least 16, 1024, 128).
-func Sweep(rates []float64, n, p, t int) ([]Spec, error) {
+// of zero take the defaults (seconds of arrivals at least 16, 1024, 128);
+// seconds of zero is SweepSeconds.
+func Sweep(rates []float64, n, p, t int, seconds float64) ([]Spec, error) {
+	if seconds == 0 {
+		seconds = SweepSeconds
+	}
+	if !(seconds > 0) || math.IsInf(seconds, 0) {
+		return nil, fmt.Errorf("a sweep level of %g seconds; give a positive span, e.g. --sweep-seconds 10", seconds)
+	}
 	if p == 0 {
 		p = SweepPromptTokens
 	}
@@ -197,7 +205,7 @@ func Sweep(rates []float64, n, p, t int) ([]Spec, error) {
 		}
 		k := n
 		if k == 0 {
-			k = max(SweepMinRequests, int(math.Ceil(q*SweepSeconds)))
+			k = max(SweepMinRequests, int(math.Ceil(q*seconds)))
 		}
 		s := Spec{Name: "qps_" + strings.ReplaceAll(fmt.Sprintf("%g", q), ".", "_"), Requests: k,
 			PromptTokens: Fixed(p), MaxTokens: Fixed(t), Arrival: Arrival{Pattern: Poisson, Rate: q},
