@@ -185,6 +185,19 @@ func TestSweepDefaults(t *testing.T) {
 	if _, err := Sweep([]float64{0}, 0, 0, 0, 0); err == nil {
 		t.Fatal("QPS 0 accepted")
 	}
+	// Each level sends prompts of its own; the first level's are the
+	// seed's, as before levels had their own.
+	a, err := specs[0].Generate(42, corpus(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := specs[1].Generate(42, corpus(t))
+	plain := specs[0]
+	plain.PromptSeed = 0
+	c, _ := plain.Generate(42, corpus(t))
+	if specs[0].PromptSeed != 0 || specs[1].PromptSeed != 1 || a[0].Prompt == b[0].Prompt || a[0].Prompt != c[0].Prompt {
+		t.Errorf("sweep levels' prompts: seeds %d, %d; level 1's first prompt equals level 0's: %v", specs[0].PromptSeed, specs[1].PromptSeed, a[0].Prompt == b[0].Prompt)
+	}
 	// A shorter span per level: 4 s of arrivals, still at least 16.
 	specs, err = Sweep([]float64{2, 32}, 0, 0, 0, 4)
 	if err != nil || specs[0].Requests != 16 || specs[1].Requests != 128 {

@@ -122,6 +122,11 @@ type Spec struct {
 	Arrival   Arrival `json:"arrival"`
 	// Measures says what the workload is for (from the benchmark log).
 	Measures string `json:"measures,omitempty"`
+	// PromptSeed is added to the bench's seed for this workload's prompt
+	// texts, so that workloads of the same shape send different prompts
+	// (a sweep's levels: otherwise each level would resend the last
+	// one's prompts, and a server's prefix cache would serve them).
+	PromptSeed uint64 `json:"prompt_seed,omitempty"`
 }
 
 // Builtin returns the five workloads of the serving benchmark log, exactly
@@ -182,7 +187,8 @@ const (
 	SweepMinRequests = 16
 )
 
-// Sweep returns one Poisson workload per rate, named qps_<rate>. n, p and t
+// Sweep returns one Poisson workload per rate, named qps_<rate>, each with
+// prompts of its own (PromptSeed: the level's position). n, p and t
 // of zero take the defaults (seconds of arrivals at least 16, 1024, 128);
 // seconds of zero is SweepSeconds.
 func Sweep(rates []float64, n, p, t int, seconds float64) ([]Spec, error) {
@@ -199,7 +205,7 @@ func Sweep(rates []float64, n, p, t int, seconds float64) ([]Spec, error) {
 		t = SweepMaxTokens
 	}
 	var out []Spec
-	for _, q := range rates {
+	for i, q := range rates {
 		if !(q > 0) || math.IsInf(q, 0) {
 			return nil, fmt.Errorf("QPS %g is not a positive rate; give e.g. --qps 1,2,4,8", q)
 		}
@@ -209,7 +215,7 @@ func Sweep(rates []float64, n, p, t int, seconds float64) ([]Spec, error) {
 		}
 		s := Spec{Name: "qps_" + strings.ReplaceAll(fmt.Sprintf("%g", q), ".", "_"), Requests: k,
 			PromptTokens: Fixed(p), MaxTokens: Fixed(t), Arrival: Arrival{Pattern: Poisson, Rate: q},
-			Measures: "QPS sweep level"}
+			Measures: "QPS sweep level", PromptSeed: uint64(i)}
 		if err := s.Validate(); err != nil {
 			return nil, err
 		}
@@ -369,7 +375,7 @@ func (s Spec) GenerateTokens(seed uint64, c *Corpus, tok Tokenizer) ([]Item, err
 	// Separate streams for lengths, text and arrivals, so that changing
 	// the arrival pattern does not change the prompts.
 	lenRNG := rand.New(rand.NewPCG(seed, 0x6c656e67746873))
-	txtRNG := rand.New(rand.NewPCG(seed, 0x70726f6d707473))
+	txtRNG := rand.New(rand.NewPCG(seed+s.PromptSeed, 0x70726f6d707473))
 	arrRNG := rand.New(rand.NewPCG(seed, 0x617272697661))
 
 	items := make([]Item, s.Requests)
