@@ -216,10 +216,36 @@ func backgroundItems(prefill []int, buckets []int, capT, maxBatch int, graphs bo
 	return items
 }
 
+// withLeftovers puts the load's leftovers around the background items:
+// the staging ring's release first (ring items, releaseRingStep), the
+// in-place copiers' registrations last (inPlace items,
+// releaseInPlaceStep). The ring goes first because it is the largest
+// thing the process holds once loaded (two 16 MiB slots a reader, 448 MiB
+// with 14 readers) and the aside thread's cuBLASLt warm-up grows the RSS
+// by ~145 MB beside the items: released last, the ring was still there
+// at that growth's top, the process's peak (VmHWM 968 MB against 787
+// when healthy on the H200, issue 44). Its steps hold the runner a
+// fraction of a millisecond each (7–12 ms for the whole ring on the
+// H100), so the graphs after them come that much later. The in-place
+// steps stay last: each waits for a pause in the steps (inPlaceWait),
+// which would hold back every item after it.
+func withLeftovers(items []warmItem, ring, inPlace int) []warmItem {
+	out := make([]warmItem, 0, ring+len(items)+inPlace)
+	for range ring {
+		out = append(out, warmItem{what: "staging"})
+	}
+	out = append(out, items...)
+	for range inPlace {
+		out = append(out, warmItem{what: "inplace"})
+	}
+	return out
+}
+
 // WarmBackground starts warming, on a goroutine the backend owns, what the
 // load warm-up left out: the GEMMs of the prefill row buckets and the
-// decode graphs of the buckets up to maxBatch sequences (0: all), then
-// the load's leftovers (releaseRing, releaseInPlaceStep). Each item runs
+// decode graphs of the buckets up to maxBatch sequences (0: all), and
+// the load's leftovers (withLeftovers: releaseRing first,
+// releaseInPlaceStep last). Each item runs
 // only while no Forward, ForwardTokens or CopyBlocks is waiting for the
 // backend, the in-place release's steps only once none has finished for
 // stagingQuiet; a call that arrives during an item waits for that item
@@ -241,14 +267,7 @@ func (b *Backend) WarmBackground(maxBatch int) {
 	}
 	items := backgroundItems(prefill, b.buckets, b.capT, maxBatch, !b.opts.NoGraphs && !b.graphsOff)
 	if b.staging != nil {
-		// Last: the load's leftovers (releaseRing), then the in-place
-		// copiers' registrations a step at a time (releaseInPlaceStep).
-		for range b.staging.ringItems() {
-			items = append(items, warmItem{what: "staging"})
-		}
-		for range b.staging.inPlaceItems() {
-			items = append(items, warmItem{what: "inplace"})
-		}
+		items = withLeftovers(items, b.staging.ringItems(), b.staging.inPlaceItems())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done, asideDone := make(chan struct{}), make(chan struct{})

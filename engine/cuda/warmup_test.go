@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -328,4 +329,23 @@ func TestWarmBackgroundInPlaceUnderSteadyLoad(t *testing.T) {
 			t.Errorf("background stage: %+v, want inplace_forced_steps 3", stages)
 		}
 	})
+}
+
+// The staging ring is released before the background's other items (the
+// process's peak was the ring beside the aside thread's cuBLASLt growth),
+// the in-place registrations after them (each waits for a pause).
+func TestWithLeftoversOrder(t *testing.T) {
+	items := []warmItem{{what: "gemm", rows: 8}, {what: "plan", rows: 16}, {what: "graph", rows: 16}}
+	got := withLeftovers(items, 3, 2)
+	var names []string
+	for _, it := range got {
+		names = append(names, it.String())
+	}
+	want := "staging staging staging gemm 8 plan 16/0 graph 16 inplace inplace"
+	if s := strings.Join(names, " "); s != want {
+		t.Errorf("items %q, want %q", s, want)
+	}
+	if got := withLeftovers(items, 0, 0); len(got) != 3 {
+		t.Errorf("no leftovers: %d items, want 3", len(got))
+	}
 }
