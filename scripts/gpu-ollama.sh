@@ -4,9 +4,9 @@
 #   1. build ggml-base + ggml-cuda for sm_90 only (flash-attention kernels
 #      off: they triple the build) from the v0.9.6 module source carried as
 #      $SRC (a tarball of the module's CMakeLists.txt, CMakePresets.json and
-#      ml/backend/ggml/ggml, made on the development machine), and lay them
-#      out as Ollama's Linux distribution does: bin/ollama,
-#      lib/ollama/libggml-base.so, lib/ollama/cuda_v12/libggml-cuda.so;
+#      ml/backend/ggml/ggml, made on the development machine), or unpack
+#      a previous call's build (LIBS), and lay them out as Ollama's Linux
+#      distribution does (scripts/gpu-ollama-build.sh);
 #   2. import a Qwen2-architecture synth checkpoint with `ollama create`
 #      (1.7b by default: 3.5 GB, so that reading it from storage outweighs
 #      the runner start when the page cache is cold);
@@ -20,8 +20,8 @@
 #     OUT=/tmp/out bash scripts/gpu-ollama.sh
 set -uo pipefail
 BIN=$(realpath "${BIN:-bin/treni-top}")
-OLLAMA=$(realpath "${OLLAMA:?OLLAMA=path to an ollama v0.9.6 binary}")
-SRC=$(realpath "${SRC:?SRC=path to the ggml source tarball}")
+OLLAMA=$(realpath "${OLLAMA:?OLLAMA=path to an ollama v0.9.6 binary (plain or .xz)}")
+SRC=$(realpath "${SRC:-/dev/null}") # the ggml source tarball, unless LIBS holds built libraries
 OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/treni-ollama}
 PRESET=${PRESET:-1.7b}
@@ -30,24 +30,9 @@ RES=$OUT/res
 LOG=$RES/gpu-ollama.log
 say() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
 ROOT=$WORK/dist
-mkdir -p "$ROOT/bin" "$ROOT/lib/ollama/cuda_v12"
-cp "$OLLAMA" "$ROOT/bin/ollama"
-
-# --- 1. the CUDA backend ------------------------------------------------------
+# --- 1. the CUDA backend (scripts/gpu-ollama-build.sh; LIBS: a previous call's libraries) ---
 t0=$SECONDS
-if [[ ! -f $ROOT/lib/ollama/cuda_v12/libggml-cuda.so ]]; then
-	say "building ggml-cuda (sm_90) with $(/usr/local/cuda/bin/nvcc --version | tail -1)"
-	rm -rf "$WORK/src" "$WORK/build" && mkdir -p "$WORK/src"
-	tar -xzf "$SRC" -C "$WORK/src"
-	sed -i 's/set(GGML_CUDA_FA ON)/set(GGML_CUDA_FA OFF)/' "$WORK/src/CMakeLists.txt"
-	cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
-		-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 >>"$LOG" 2>&1 ||
-		{ say "cmake configure failed"; tail -30 "$LOG"; exit 1; }
-	cmake --build "$WORK/build" --target ggml-base ggml-cuda -j "$(nproc)" >>"$LOG" 2>&1 ||
-		{ say "ggml-cuda build failed after $((SECONDS - t0)) s"; grep -m5 -i error "$LOG"; exit 1; }
-	cp "$(find "$WORK/build" -name 'libggml-base.so' | head -1)" "$ROOT/lib/ollama/"
-	cp "$(find "$WORK/build" -name 'libggml-cuda.so' | head -1)" "$ROOT/lib/ollama/cuda_v12/"
-fi
+OLLAMA=$OLLAMA SRC=$SRC ROOT=$ROOT WORK=$WORK LOG=$LOG bash scripts/gpu-ollama-build.sh || exit 1
 build_s=$((SECONDS - t0))
 say "ggml-cuda ready in ${build_s} s: $(ls "$ROOT/lib/ollama" "$ROOT/lib/ollama/cuda_v12" | tr '\n' ' ')"
 # cudart and cuBLAS come from the machine's toolkit (CUDA 13 here).

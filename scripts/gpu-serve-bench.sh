@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # The built-in engine's server under load on the GPU machine (issue 16), one
 # run of one script, so the same command gives the baseline and the result:
+#   0. the floors (treni-top doctor --floors --json, the GPU idle; or
+#      FLOORS_JSON, a floors file of the same call): the bf16 GEMM rate
+#      and the device copy rate the 64 streams' bound is computed from;
 #   1. 64 concurrent streams, input 1024 / output 128: 1 warm-up run and 1
 #      measured run of the same prompts (prefix-cache hits), then 1 run of
-#      fresh prompts (every token prefilled); every KV block free
-#      afterwards (/metrics);
-#   2. the seed's QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS 1, 2,
-#      4, 8, 12, 16, NREQ requests per level, after an unrecorded 8-request
-#      warm-up (openinfer-vs-vLLM's protocol);
+#      fresh prompts (every token prefilled) set against its bound
+#      (treni-top bench --floors --model-config: the prompts' FLOPs over
+#      the GEMM rate, then every decode step's weight and KV bytes over
+#      the device copy rate); every KV block free afterwards (/metrics);
+#   2. the QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS levels
+#      (QPS, default 2,4,8,16,24,32,40: past the 64 streams' rate),
+#      SWEEP_S seconds of arrivals a level (NREQ requests when set), fresh
+#      prompts at each level, after an unrecorded 8-request warm-up; the
+#      report's saturation: the highest QPS whose TPOT p99 stays ≤ 50 ms
+#      with no queue growth and no errors;
 #   3. the five serving workloads (--workload all, 1 measured run: the server
 #      is warm from parts 1–2);
 #   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
@@ -25,7 +33,6 @@ OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/treni-serve-bench}
 PRESET=${PRESET:-4b}
 PORT=${PORT:-18577}
-NREQ=${NREQ:-32}
 # STREAMS: the concurrent streams of part 1 (and of the variants), 64 by
 # default (16: the decode batches of a moderately loaded server).
 STREAMS=${STREAMS:-64}
@@ -70,6 +77,15 @@ stop_server() {
 	trap - EXIT
 }
 
+# The floors of this call, measured before the server takes the GPU.
+if [[ -n ${FLOORS_JSON:-} && -s ${FLOORS_JSON:-} ]]; then
+	cp "$FLOORS_JSON" "$RES/floors.json"
+else
+	say "floors"
+	"$BIN" doctor --floors --json >"$RES/floors.json" 2>>"$LOG" || say "doctor --floors failed: no bound"
+fi
+ROOF=(--floors "$RES/floors.json" --model-config "$d")
+
 say "serve $PRESET"
 start_server "$RES/serve.log" -- || exit 1
 # SETTLE_S: seconds to let the server's background warm-up finish before
@@ -86,10 +102,11 @@ bench() { # stem, bench flags…
 }
 # streams SUFFIX: STREAMS (64) concurrent streams twice: after a warm-up run of the
 # same prompts (every prompt a prefix-cache hit: decode-bound), then with
-# fresh prompts (another seed: every prompt prefilled).
+# fresh prompts (another seed: every prompt prefilled), set against its
+# bound (the cached run would beat a bound that prefills every prompt).
 streams() {
 	bench "streams$STREAMS$1" --num-requests "$STREAMS" --concurrency "$STREAMS" --prompt-tokens 1024 --max-tokens 128 --warmup-runs 1 --repeat-runs 1
-	bench "streams$STREAMS-fresh$1" --num-requests "$STREAMS" --concurrency "$STREAMS" --prompt-tokens 1024 --max-tokens 128 --seed 9001 --warmup-runs 0 --repeat-runs 1
+	bench "streams$STREAMS-fresh$1" --num-requests "$STREAMS" --concurrency "$STREAMS" --prompt-tokens 1024 --max-tokens 128 --seed 9001 --warmup-runs 0 --repeat-runs 1 "${ROOF[@]}"
 }
 for part in $PARTS; do
 	case $part in
@@ -98,8 +115,9 @@ for part in $PARTS; do
 		sleep 1
 		say "kv blocks used after $STREAMS streams: $(metric treni_kv_blocks_used)" ;;
 	qps)
-		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128
-		bench qps --qps 1,2,4,8,12,16 --num-requests "$NREQ" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
+		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128 --seed 7
+		n=(); [[ -n ${NREQ:-} ]] && n=(--num-requests "$NREQ")
+		bench qps --qps "${QPS:-2,4,8,16,24,32,40}" --sweep-seconds "${SWEEP_S:-4}" "${n[@]}" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
 	workloads)
 		bench workloads --workload all --warmup-runs 0 --repeat-runs 1 ;;
 	prefix)

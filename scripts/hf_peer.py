@@ -17,6 +17,13 @@ Prints one JSON object on stdout:
 
 --evict drops the weight files from the page cache first (fsync + POSIX
 fadvise DONTNEED), the same eviction treni-top's --evict-page-cache does.
+
+--batch N --prompt-tokens P is the throughput peer instead: one greedy
+`generate` of N prompts of P random token ids each (the same length, so no
+padding), exactly --max-new-tokens new tokens each, after a warm-up
+`generate` of the same shape and 2 new tokens (allocations, kernels);
+prints batch, prompt_tokens, new_tokens, warmup_s, seconds (the timed
+generate's wall time, synchronised) and output_tok_per_s.
 """
 import argparse
 import glob
@@ -44,11 +51,15 @@ def evict(model_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model_dir")
-    ap.add_argument("--prompt", required=True)
+    ap.add_argument("--prompt", help="the prompt (single-stream mode)")
+    ap.add_argument("--batch", type=int, default=0, help="throughput mode: prompts generated together")
+    ap.add_argument("--prompt-tokens", type=int, default=1024, help="throughput mode: token ids a prompt")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--warm", type=int, default=0, help="warm generations after the cold one")
     ap.add_argument("--evict", action="store_true")
     a = ap.parse_args()
+    if not a.batch and not a.prompt:
+        ap.error("give --prompt, or --batch N for the throughput mode")
     out = {"evicted": False}
     if a.evict:
         out["evicted_bytes"] = evict(a.model_dir)
@@ -73,6 +84,9 @@ def main():
         model = AutoModelForCausalLM.from_pretrained(a.model_dir, torch_dtype=torch.bfloat16, device_map="cuda")
     model.eval()
     out["model_load_s"] = time.time() - t
+
+    if a.batch:
+        return batch(model, a, out, torch)
 
     # The same chat framing the built-in engine's server applies (Qwen's
     # im_start/im_end), encoded without extra special tokens.
@@ -118,6 +132,30 @@ def main():
         start, times = generate()
         out["warm"].append({"ttft_ms": (times[0] - start) * 1000,
                             "itl_ms": [(b - a_) * 1000 for a_, b in zip(times, times[1:])]})
+    print(json.dumps(out))
+    return 0
+
+
+def batch(model, a, out, torch):
+    """Throughput: one generate of a.batch prompts of a.prompt_tokens
+    random ids (seeded), a.max_new_tokens each, after a warm-up generate."""
+    g = torch.Generator().manual_seed(7)
+    vocab = model.config.vocab_size
+    ids = torch.randint(1000, vocab - 1000, (a.batch, a.prompt_tokens), generator=g).to("cuda")
+    mask = torch.ones_like(ids)
+
+    def run(n):
+        torch.cuda.synchronize()
+        t = time.time()
+        with torch.inference_mode():
+            y = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+        torch.cuda.synchronize()
+        return time.time() - t, int(y.shape[1] - ids.shape[1])
+
+    out["warmup_s"], _ = run(2)
+    secs, new = run(a.max_new_tokens)
+    out.update({"batch": a.batch, "prompt_tokens": a.prompt_tokens, "new_tokens": new, "seconds": secs,
+                "output_tok_per_s": a.batch * new / secs})
     print(json.dumps(out))
     return 0
 

@@ -28,6 +28,28 @@ def row(cells):
     return "| " + " | ".join(cells) + " |"
 
 
+def bound_lines(r, n):
+    """The fresh-prompt streams' throughput beside the bound the bench
+    computed from this call's floors (treni-top bench --floors
+    --model-config), or why there is none."""
+    out = []
+    for w in (r or {}).get("workloads", []):
+        for m in w.get("runs", []):
+            b = m.get("bound")
+            out.append("%s concurrent streams, 1024 in / 128 out, fresh prompts: %.0f output tok/s" % (n, m["output_tok_per_s"]))
+            if not b:
+                out += [m.get("bound_note") or "no bound: the bench was not given the floors and the model", ""]
+                continue
+            out.append("bound (%s streams of %d prompt + %d output tokens, every prompt prefilled: %.1f TFLOP at the measured %.0f TFLOP/s "
+                       "= %.0f ms, then %d decode steps reading %.2f GB of weights each and %.1f GB of KV in all at the measured %.0f GB/s "
+                       "= %.0f ms): %.0f tok/s" % (
+                           b["streams"], b["prompt_tokens"], b["output_tokens"], b["prefill_tflop"], b["matmul_tflops"],
+                           b["prefill_ms"], b["decode_steps"], b["step_weight_gb"], b["decode_kv_gb"], b["memory_gb_per_s"],
+                           b["decode_ms"], b["output_tok_per_s"]))
+            out += ["ratio: %.2f of the bound (target ≥ 0.8)" % b["ratio"], ""]
+    return out
+
+
 def main():
     res = sys.argv[1]
     out = []
@@ -55,6 +77,7 @@ def main():
                                     "%.2f" % dist(m, "tpot_ms", "p99"), "%.1f" % dist(m, "ttft_ms", "p50"),
                                     "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
         out.append("")
+        out += bound_lines(load(res, stem + "-fresh"), n)
     chunked = [(v, load(res, "chunked-" + v)) for v in variants]
     if any(r for _, r in chunked):
         out += ["### chunked_prefill workload per variant (fresh server each)", "",
@@ -69,16 +92,21 @@ def main():
         out.append("")
     r = load(res, "qps")
     if r:
-        out += ["### QPS sweep (Poisson, seed 42, in 1024 / out 128)", "",
-                row(["QPS", "requests", "output tok/s", "req/s", "TTFT p50", "TPOT p50", "TPOT p99", "ITL p99", "failed"]),
-                row(["--:"] * 9)]
+        out += ["### QPS sweep (Poisson, seed 42, in 1024 / out 128, fresh prompts each level)", "",
+                row(["QPS", "requests", "output tok/s", "req/s", "TTFT p50", "TPOT p50", "TPOT p99", "ITL p99", "queue growth (s/s)", "failed"]),
+                row(["--:"] * 10)]
         for w in r.get("workloads", []):
             name = w["spec"].get("name", "")
             for m in w.get("runs", []):
+                g = (m.get("queue") or {}).get("growth")
                 out.append(row([name, str(m["requests"]), "%.0f" % m["output_tok_per_s"], "%.2f" % m["req_per_s"],
                                 "%.1f" % dist(m, "ttft_ms", "p50"), "%.2f" % dist(m, "tpot_ms", "p50"),
-                                "%.2f" % dist(m, "tpot_ms", "p99"), "%.2f" % dist(m, "itl_ms", "p99"), str(m["failed"])]))
+                                "%.2f" % dist(m, "tpot_ms", "p99"), "%.2f" % dist(m, "itl_ms", "p99"),
+                                "%+.3f" % g if g is not None else "—", str(m["failed"])]))
         out.append("")
+        sat = r.get("saturation")
+        if sat:
+            out += ["Saturation: " + sat["verdict"] + ".", ""]
     r = load(res, "workloads")
     if r:
         out += ["### The five serving workloads", "",
