@@ -11,11 +11,12 @@
 #      the GEMM rate, then every decode step's weight and KV bytes over
 #      the device copy rate); every KV block free afterwards (/metrics);
 #   2. the QPS sweep: Poisson, seed 42, in 1024 / out 128, QPS levels
-#      (QPS, default 2,4,8,16,24,32,40: past the 64 streams' rate),
-#      SWEEP_S seconds of arrivals a level (NREQ requests when set), fresh
-#      prompts at each level, after an unrecorded 8-request warm-up; the
-#      report's saturation: the highest QPS whose TPOT p99 stays ≤ 50 ms
-#      with no queue growth and no errors;
+#      (QPS, default 8,16,24,32,40,48: past the 64 streams' rate),
+#      SWEEP_S seconds of arrivals a level (10 by default: shorter levels
+#      leave the queue-growth estimate at the mercy of Poisson clumps;
+#      NREQ requests when set), fresh prompts at each level, after an
+#      unrecorded 8-request warm-up; the report's saturation: the highest
+#      QPS whose TPOT p99 stays ≤ 50 ms with no queue growth and no errors;
 #   3. the five serving workloads (--workload all, 1 measured run: the server
 #      is warm from parts 1–2);
 #   4. warm prefix-hit TTFT at 1k and 16k shared-prefix tokens (a warm-up
@@ -117,7 +118,7 @@ for part in $PARTS; do
 	qps)
 		bench qps-warmup --num-requests 8 --prompt-tokens 1024 --max-tokens 128 --seed 7
 		n=(); [[ -n ${NREQ:-} ]] && n=(--num-requests "$NREQ")
-		bench qps --qps "${QPS:-2,4,8,16,24,32,40}" --sweep-seconds "${SWEEP_S:-4}" "${n[@]}" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
+		bench qps --qps "${QPS:-8,16,24,32,40,48}" --sweep-seconds "${SWEEP_S:-10}" "${n[@]}" --prompt-tokens 1024 --max-tokens 128 --seed 42 ;;
 	workloads)
 		bench workloads --workload all --warmup-runs 0 --repeat-runs 1 ;;
 	prefix)

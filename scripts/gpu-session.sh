@@ -96,7 +96,7 @@ for part in $PARTS; do
 	serve)
 		# The bound's floors: the cold part's of this call, when it ran.
 		PARTS=${SERVE_PARTS:-"streams qps workloads prefix"} VARIANTS=${VARIANTS:-} BIN=$BIN TOK=$TOK OUT=$R/serve WORK=/tmp/treni-cold-bench \
-			FLOORS_JSON=$R/cold/res/floors.json timeout "${SERVE_S:-240}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
+			FLOORS_JSON=$R/cold/res/floors.json timeout "${SERVE_S:-280}" bash scripts/gpu-serve-bench.sh >"$R/serve.txt" 2>&1
 		rc=$?
 		summary+=("serve bench rc=$rc")
 		;;

@@ -29,28 +29,42 @@ const DefaultSaturationTPOTms = 50
 
 // QueueGrowthLimit is the lag growth (seconds of lag a second of
 // arrivals) above which a run is building a queue: its completions fall
-// 10% or more behind its arrivals. A server that keeps up stays near 0;
-// the noise of Poisson arrivals moves the estimate by a few hundredths.
+// 10% or more behind its arrivals. A server that keeps up stays near 0,
+// but not at it: Poisson arrivals come in clumps, and the lags rise and
+// fall with them over about a lag's time, so a short level's estimate
+// moves by tenths (±0.2 over 2–3 s windows on the H200, issue 44's
+// first sweep); levels of 10 s or more bring it within a few hundredths.
 const QueueGrowthLimit = 0.1
 
-// queueThirdMin is the fewest successful requests a third of the run
+// queueMinJudged is the fewest successful requests the judged window
 // must hold for the trend to be judged.
-const queueThirdMin = 3
+const queueMinJudged = 8
 
-// QueueTrend is whether a run of planned arrivals built a queue. The run's
-// successful requests, in planned order, are cut into thirds; the first
-// third is the ramp-up (the server fills from empty, its batches and so
-// its lags grow while it does) and is left out; the growth is the median
-// lag of the last third minus that of the middle third, over the time
-// between their median planned arrivals.
+// queueMaxPairs caps the request pairs the slope is taken over (the
+// pairs grow with the square of the requests: a sample of the requests
+// keeps a run of any size cheap).
+const queueMaxPairs = 1 << 20
+
+// QueueTrend is whether a run of planned arrivals built a queue. The
+// judged window leaves out both ends of the run: the ramp-up (the server
+// fills from empty, its batches and so its lags grow while it does) and
+// the drain (once arrivals stop, the last requests share their steps
+// with ever fewer others and finish sooner), each as long as the median
+// lag L0 of the run's first third of requests. The growth is the
+// Theil–Sen slope of the lag against the planned arrival over the
+// requests planned inside the window: the median of the slopes between
+// every two of them, which a few slow requests do not move.
 type QueueTrend struct {
-	// Judged is how many requests the two compared thirds hold.
-	Judged int `json:"judged"`
-	// MiddleLagMS and LastLagMS are the thirds' median completion lags.
-	MiddleLagMS float64 `json:"middle_lag_p50_ms"`
-	LastLagMS   float64 `json:"last_lag_p50_ms"`
-	// Growth is the lag gained per second of arrivals between them (s/s);
-	// nil when the run could not be judged (Note says why).
+	// Judged is how many requests were planned inside the window, and
+	// WindowS how long it is (s).
+	Judged  int     `json:"judged"`
+	WindowS float64 `json:"window_s"`
+	// RampLagMS is L0, the first third's median lag, trimmed at each end.
+	RampLagMS float64 `json:"ramp_lag_p50_ms"`
+	// LagMS is the judged requests' median lag.
+	LagMS float64 `json:"lag_p50_ms"`
+	// Growth is the lag gained per second of arrivals (s/s); nil when the
+	// run could not be judged (Note says why).
 	Growth *float64 `json:"growth,omitempty"`
 	// Growing is Growth > QueueGrowthLimit.
 	Growing bool   `json:"growing"`
@@ -65,46 +79,61 @@ func openLoop(a Arrival) bool { return a.Pattern == Poisson || a.Pattern == Unif
 // queueTrend judges one run from its requests and their planned sends
 // (session offsets, by item), as RunOnce recorded them.
 func queueTrend(reqs []trace.Request, planned []time.Duration) *QueueTrend {
-	type point struct{ at, lag time.Duration }
+	type point struct{ at, lag float64 } // seconds
 	var pts []point
 	for i, r := range reqs {
 		if i >= len(planned) || !r.OK() || r.Sent == 0 {
 			continue
 		}
-		pts = append(pts, point{planned[i], r.Sent + r.End - planned[i]})
+		pts = append(pts, point{planned[i].Seconds(), (r.Sent + r.End - planned[i]).Seconds()})
 	}
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].at < pts[j].at })
 	q := &QueueTrend{}
-	third := len(pts) / 3
-	if third < queueThirdMin {
-		q.Note = fmt.Sprintf("%d successful requests: too few to judge a trend (at least %d); send more requests per level", len(pts), 3*queueThirdMin)
+	if len(pts) < queueMinJudged {
+		q.Note = fmt.Sprintf("%d successful requests: too few to judge a trend (at least %d); send more requests per level", len(pts), queueMinJudged)
 		return q
 	}
-	first, middle, last := pts[:third], pts[third:len(pts)-third], pts[len(pts)-third:]
-	lags := func(ps []point) (lagMS, atS float64) {
-		l, a := make([]float64, len(ps)), make([]float64, len(ps))
+	lags := func(ps []point) float64 {
+		l := make([]float64, len(ps))
 		for i, p := range ps {
-			l[i], a[i] = stat.MS(p.lag), p.at.Seconds()
+			l[i] = p.lag
 		}
-		return stat.Summarize(l).Median, stat.Summarize(a).Median
+		return stat.Summarize(l).Median
 	}
-	firstLag, _ := lags(first)
-	// The ramp-up must be over before the middle third: the server fills
-	// within about one request's lag of the first arrival.
-	if span := first[len(first)-1].at - first[0].at; stat.MS(span) < firstLag {
-		q.Note = fmt.Sprintf("the first third of the arrivals spans %s, less than its requests' median lag (%s): the server was still filling; send more requests per level",
-			stat.FormatDuration(span), stat.FormatMS(firstLag))
+	ramp := lags(pts[:len(pts)/3])
+	q.RampLagMS = 1e3 * ramp
+	from, to := pts[0].at+ramp, pts[len(pts)-1].at-ramp
+	var in []point
+	for _, p := range pts {
+		if p.at >= from && p.at <= to {
+			in = append(in, p)
+		}
+	}
+	q.Judged, q.WindowS = len(in), max(0, to-from)
+	if q.WindowS < ramp || len(in) < queueMinJudged {
+		q.Note = fmt.Sprintf("the arrivals span %.2f s; less their ramp-up and drain (%s each, the first third's median lag) that leaves %.2f s and %d requests, too little to judge (at least %s and %d); give the level more seconds of arrivals",
+			pts[len(pts)-1].at-pts[0].at, stat.FormatMS(q.RampLagMS), q.WindowS, len(in), stat.FormatMS(q.RampLagMS), queueMinJudged)
+		q.Judged, q.WindowS = 0, 0
 		return q
 	}
-	var midAt, lastAt float64
-	q.MiddleLagMS, midAt = lags(middle)
-	q.LastLagMS, lastAt = lags(last)
-	q.Judged = len(middle) + len(last)
-	if lastAt <= midAt {
-		q.Note = "the compared thirds were planned at the same time; nothing to judge"
+	q.LagMS = 1e3 * lags(in)
+	step := 1
+	for len(in)/step*(len(in)/step) > 2*queueMaxPairs {
+		step++
+	}
+	var slopes []float64
+	for i := 0; i < len(in); i += step {
+		for j := i + step; j < len(in); j += step {
+			if dt := in[j].at - in[i].at; dt > 0 {
+				slopes = append(slopes, (in[j].lag-in[i].lag)/dt)
+			}
+		}
+	}
+	if len(slopes) == 0 {
+		q.Note = "every judged request was planned at the same time; nothing to judge"
 		return q
 	}
-	g := (q.LastLagMS - q.MiddleLagMS) / 1e3 / (lastAt - midAt)
+	g := stat.Summarize(slopes).Median
 	q.Growth = &g
 	q.Growing = g > QueueGrowthLimit
 	return q

@@ -31,7 +31,10 @@ func TestQueueTrendSteady(t *testing.T) {
 		return 500*time.Millisecond + time.Duration(40*math.Sin(float64(at)/3e8))*time.Millisecond
 	})
 	q := queueTrend(reqs, plan)
-	if q.Growth == nil || q.Growing || math.Abs(*q.Growth) > 0.02 || q.Judged != 40 {
+	// Judged: planned from about 0.5 s (the first third's median lag)
+	// after the first arrival to as long before the last (14.75 s of
+	// arrivals): 54 of 60.
+	if q.Growth == nil || q.Growing || math.Abs(*q.Growth) > 0.02 || q.Judged != 54 || math.Abs(q.WindowS-13.74) > 0.01 {
 		t.Fatalf("steady run: %+v", q)
 	}
 }
@@ -46,22 +49,37 @@ func TestQueueTrendGrowing(t *testing.T) {
 	if q.Growth == nil || !q.Growing || math.Abs(*q.Growth-0.3) > 1e-6 {
 		t.Fatalf("growing run: %+v", q)
 	}
-	if q.LastLagMS <= q.MiddleLagMS {
-		t.Errorf("last third's lag %.0f ms ≤ the middle's %.0f", q.LastLagMS, q.MiddleLagMS)
+	// The ramp-up trimmed is the first third's median lag (20 requests
+	// to 4.75 s, their median planned 2.375 s after the first: 0.5 +
+	// 0.7125 s); the judged lag is the window's middle arrival's (7.375 s:
+	// 2.7125 s).
+	if math.Abs(q.RampLagMS-1212.5) > 1 || math.Abs(q.LagMS-2712.5) > 1 {
+		t.Errorf("ramp lag %.1f ms, judged lag %.1f ms; want 1212.5, 2712.5", q.RampLagMS, q.LagMS)
 	}
 }
 
 func TestQueueTrendNotJudged(t *testing.T) {
 	// Too few requests.
-	reqs, plan := plannedRun(8, 250*time.Millisecond, func(time.Duration) time.Duration { return time.Second })
+	reqs, plan := plannedRun(6, 250*time.Millisecond, func(time.Duration) time.Duration { return time.Second })
 	if q := queueTrend(reqs, plan); q.Growth != nil || !strings.Contains(q.Note, "too few") {
-		t.Errorf("8 requests: %+v", q)
+		t.Errorf("6 requests: %+v", q)
 	}
-	// 30 requests in 0.29 s, each taking 1 s: the server was still
-	// filling when the last one arrived.
-	reqs, plan = plannedRun(30, 10*time.Millisecond, func(time.Duration) time.Duration { return time.Second })
-	if q := queueTrend(reqs, plan); q.Growth != nil || !strings.Contains(q.Note, "still filling") {
-		t.Errorf("a run shorter than its lag: %+v", q)
+	// 30 requests in 2.9 s, each taking 1 s: less a second of ramp-up
+	// and one of drain, 0.9 s are left, less than a lag.
+	reqs, plan = plannedRun(30, 100*time.Millisecond, func(time.Duration) time.Duration { return time.Second })
+	if q := queueTrend(reqs, plan); q.Growth != nil || !strings.Contains(q.Note, "leaves 0.90 s and 10 requests, too little") {
+		t.Errorf("a run hardly longer than its lag: %+v", q)
+	}
+	// The drain is left out: lags that fall in the last second (fewer
+	// requests to share the steps with) do not read as a trend.
+	reqs, plan = plannedRun(60, 250*time.Millisecond, func(at time.Duration) time.Duration {
+		if at > 14*time.Second {
+			return 200 * time.Millisecond
+		}
+		return 500 * time.Millisecond
+	})
+	if q := queueTrend(reqs, plan); q.Growth == nil || *q.Growth != 0 {
+		t.Errorf("a drain at the end: %+v", q)
 	}
 	// Failed requests are left out: 30 planned, 24 failed.
 	reqs, plan = plannedRun(30, 250*time.Millisecond, func(time.Duration) time.Duration { return time.Second })
