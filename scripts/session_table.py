@@ -81,10 +81,11 @@ def main():
     s = a.session_dir
     machine = read(os.path.join(s, "machine.txt")).strip() or "?"
     parts = a.parts.split()
-    out = ["## Session %s" % (read(os.path.join(s, "date.txt")).strip() or "?"), "",
+    out = ["# GPU session %s: scripts/gpu-session.sh PARTS=\"%s\" at %s" % (
+        read(os.path.join(s, "date.txt")).strip() or "?", a.parts or "?", a.commit or "an unknown commit"), "",
            "- machine: %s" % machine,
            "- commit: %s" % (a.commit or "unknown (run with COMMIT=$(git rev-parse --short HEAD))"),
-           "- parts run: %s (scripts/gpu-session.sh)" % (a.parts or "?"),
+           "- parts run: %s" % (a.parts or "?"),
            "- every figure below was measured in this call; each ratio is to a floor or bound measured in this call.", ""]
 
     fl, fl_from = floors_of(s)
