@@ -138,7 +138,12 @@ func ParseModel(data []byte) (Model, error) {
 	return m, m.Validate()
 }
 
-// Validate checks that every size is positive and the heads divide evenly.
+// maxSize bounds every size of a model: far beyond any real one, and
+// small enough that no product of sizes the bound takes overflows.
+const maxSize = 1 << 24
+
+// Validate checks that every size is positive and sane, and the heads
+// divide evenly.
 func (m Model) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -146,8 +151,8 @@ func (m Model) Validate() error {
 	}{{"num_hidden_layers", m.Layers}, {"hidden_size", m.Hidden}, {"intermediate_size", m.Intermediate},
 		{"num_attention_heads", m.Heads}, {"num_key_value_heads", m.KVHeads}, {"head_dim", m.HeadDim},
 		{"vocab_size", m.Vocab}, {"dtype bytes", m.DTypeBytes}} {
-		if f.v <= 0 {
-			return fmt.Errorf("model %s is %d; want > 0", f.name, f.v)
+		if f.v <= 0 || f.v > maxSize {
+			return fmt.Errorf("model %s is %d; want 1 to %d", f.name, f.v, maxSize)
 		}
 	}
 	if m.Heads%m.KVHeads != 0 {
@@ -159,8 +164,8 @@ func (m Model) Validate() error {
 // layerMatmulParams are one layer's projection weights: q, k, v, o and
 // the gated MLP's gate, up and down.
 func (m Model) layerMatmulParams() float64 {
-	q := float64(m.Heads * m.HeadDim)
-	kv := float64(m.KVHeads * m.HeadDim)
+	q := float64(m.Heads) * float64(m.HeadDim)
+	kv := float64(m.KVHeads) * float64(m.HeadDim)
 	h, f := float64(m.Hidden), float64(m.Intermediate)
 	return h*q + 2*h*kv + q*h + 3*h*f
 }
@@ -172,7 +177,7 @@ func (m Model) layerOtherParams() float64 {
 		p += 2 * float64(m.HeadDim)
 	}
 	if m.QKVBias {
-		p += float64((m.Heads + 2*m.KVHeads) * m.HeadDim)
+		p += (float64(m.Heads) + 2*float64(m.KVHeads)) * float64(m.HeadDim)
 	}
 	return p
 }
@@ -199,7 +204,7 @@ func (m Model) StepWeightBytes() float64 {
 
 // KVBytesPerToken is one position's keys and values over all layers.
 func (m Model) KVBytesPerToken() float64 {
-	return 2 * float64(m.Layers*m.KVHeads*m.HeadDim*m.DTypeBytes)
+	return 2 * float64(m.Layers) * float64(m.KVHeads) * float64(m.HeadDim) * float64(m.DTypeBytes)
 }
 
 // tokenFLOPs are the projections' and the output projection's FLOPs for
@@ -215,7 +220,7 @@ func (m Model) tokenFLOPs(logits bool) float64 {
 // attentionFLOPs are one query's attention over ctx positions, all
 // layers: q·kᵀ and the weighted sum of v, 2 FLOPs a multiply-add each.
 func (m Model) attentionFLOPs(ctx float64) float64 {
-	return 4 * float64(m.Layers*m.Heads*m.HeadDim) * ctx
+	return 4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim) * ctx
 }
 
 // Rates are the card's measured ceilings.

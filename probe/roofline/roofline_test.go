@@ -65,7 +65,8 @@ func TestParseModelDefaultsAndErrors(t *testing.T) {
 		{`{"model_type": "mixtral", "num_local_experts": 8, "num_hidden_layers": 2}`, "mixture-of-experts"},
 		{configJSON("qwen3", 2, 64, 128, 4, 3, 16, 100, true), "4 attention heads and 3 KV heads"},
 		{strings.Replace(configJSON("qwen3", 2, 64, 128, 4, 2, 16, 100, true), `"bfloat16"`, `"float8_e4m3fn"`, 1), `dtype "float8_e4m3fn"`},
-		{configJSON("qwen3", 0, 64, 128, 4, 2, 16, 100, true), "num_hidden_layers is 0"},
+		{configJSON("qwen3", 0, 64, 128, 4, 2, 16, 100, true), "num_hidden_layers is 0; want 1 to 16777216"},
+		{configJSON("qwen3", 2, 64, 128, 4, 2, 16, 1<<40, true), "vocab_size is 1099511627776; want 1 to 16777216"},
 	} {
 		_, err := ParseModel([]byte(c.cfg))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
