@@ -85,7 +85,14 @@ else
 	say "floors"
 	"$BIN" doctor --floors --json >"$RES/floors.json" 2>>"$LOG" || say "doctor --floors failed: no bound"
 fi
-ROOF=(--floors "$RES/floors.json" --model-config "$d")
+# The bound needs the GEMM rate: without it the bench runs unbounded
+# rather than refusing to run.
+ROOF=()
+if grep -q '"tflops"' "$RES/floors.json" 2>/dev/null; then
+	ROOF=(--floors "$RES/floors.json" --model-config "$d")
+else
+	say "no bound: the floors have no GEMM rate ($(grep -o '"gemm_bf16_error": *"[^"]*"' "$RES/floors.json" 2>/dev/null))"
+fi
 
 say "serve $PRESET"
 start_server "$RES/serve.log" -- || exit 1
