@@ -19,13 +19,21 @@ const (
 	StageTokenizerLoad       Stage = "tokenizer_load"
 	StageDecoderTensorUpload Stage = "decoder_tensor_upload"
 	StageModelLoad           Stage = "model_load"
-	StageKernelLoad          Stage = "kernel_load"
-	StageCompile             Stage = "compile"
-	StageGraphCapture        Stage = "graph_capture"
-	StageKVAlloc             Stage = "kv_alloc"
-	StageWarmup              Stage = "warmup"
-	StageHTTPReady           Stage = "http_ready"
-	StageFirstRequest        Stage = "first_request"
+	// StageSleep is a server in sleep mode giving up its device memory
+	// (weights, KV cache) while the process stays up; it ends the run it
+	// interrupts, and the wake that follows is a run of its own.
+	StageSleep Stage = "sleep"
+	// StageWeightsRestore is a wake from sleep putting the weights back
+	// where the engine computes from them: from a host copy kept while
+	// asleep (level 1) or from the weight files (level 2).
+	StageWeightsRestore Stage = "weights_restore"
+	StageKernelLoad     Stage = "kernel_load"
+	StageCompile        Stage = "compile"
+	StageGraphCapture   Stage = "graph_capture"
+	StageKVAlloc        Stage = "kv_alloc"
+	StageWarmup         Stage = "warmup"
+	StageHTTPReady      Stage = "http_ready"
+	StageFirstRequest   Stage = "first_request"
 )
 
 // StageUnattributed is the pseudo-stage for wall time that no stage covers.
@@ -37,7 +45,7 @@ const StageUnattributed Stage = "unattributed"
 var taxonomy = [...]Stage{
 	StageProcessStart, StageRuntimeInit, StageCUDAInit, StagePageCache,
 	StageTensorIndexBuild, StageTokenizerLoad, StageDecoderTensorUpload,
-	StageModelLoad, StageKernelLoad, StageCompile, StageGraphCapture,
+	StageModelLoad, StageSleep, StageWeightsRestore, StageKernelLoad, StageCompile, StageGraphCapture,
 	StageKVAlloc, StageWarmup, StageHTTPReady, StageFirstRequest,
 }
 
@@ -82,6 +90,10 @@ func (s Stage) Description() string {
 		return "weights RAM → device memory"
 	case StageModelLoad:
 		return "server's own total for loading"
+	case StageSleep:
+		return "sleep mode: weights and KV cache leave the device"
+	case StageWeightsRestore:
+		return "wake from sleep: weights back from host memory or files"
 	case StageKernelLoad:
 		return "module load, JIT, autotune, first GEMM"
 	case StageCompile:
