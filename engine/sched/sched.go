@@ -73,6 +73,7 @@ type Scheduler struct {
 	cancelled []uint64
 	state     int // 0 not started, 1 running, 2 stopped
 	wake      chan struct{}
+	excl      []*exclusive // Exclusive calls waiting for the Run goroutine (sleep.go)
 
 	// Owned by the Run goroutine.
 	running []*seq
@@ -232,6 +233,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	var step uint64
 	for {
 		s.intake()
+		if s.runExclusive() {
+			continue
+		}
 		s.publish()
 		if len(s.running) == 0 && len(s.waiting) == 0 {
 			select {
@@ -694,6 +698,7 @@ func (s *Scheduler) shutdown() {
 		s.end(sq, FinishError, fmt.Errorf("server shutting down: %w", ErrStopped))
 	}
 	s.publish()
+	s.failExclusive()
 }
 
 // Metrics returns a snapshot of the counters.
