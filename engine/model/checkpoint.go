@@ -65,6 +65,9 @@ type File struct {
 	Size int64 `json:"size"`
 	// Tensors is how many tensors its header lists.
 	Tensors int `json:"tensors"`
+	// ModTime is the file's modification time when it was opened, so
+	// that a reload (Reload, after a sleep) can tell the file changed.
+	ModTime time.Time `json:"-"`
 }
 
 // IndexStats is what the index build found and what it cost: the
@@ -97,6 +100,9 @@ type Checkpoint struct {
 	maps [][]byte // the mapped weight files
 	// owned is anonymous memory holding the weights after CopyToMemory.
 	owned [][]byte
+	// released is the load mode whose weights ReleaseWeights dropped
+	// ("" while they are held); Reload takes them the same way.
+	released string
 }
 
 type weightIndex struct {
@@ -283,7 +289,7 @@ func (c *Checkpoint) mapFile(path, name string, wmap map[string]string) error {
 	if err := checkCoverage(path, entries, dataLen); err != nil {
 		return err
 	}
-	c.Files = append(c.Files, File{Path: path, Size: size, Tensors: len(entries)})
+	c.Files = append(c.Files, File{Path: path, Size: size, Tensors: len(entries), ModTime: st.ModTime()})
 	c.Stats.Files++
 	c.Stats.Tensors += len(entries)
 	return nil
