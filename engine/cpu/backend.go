@@ -41,6 +41,8 @@ type Backend struct {
 	opts   Options
 	pool   runner
 	closed bool
+	src    source     // where the weights came from (a level-2 wake loads them again)
+	sl     sleepState // sleep mode (sleep.go)
 
 	// KV storage, float32: the attention inner loop then reads KV without
 	// conversion, and the CPU backend is the numerical reference for the
@@ -102,7 +104,7 @@ func newBackend(cfg config, src source, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, w: w, opts: opts}
+	b := &Backend{cfg: cfg, w: w, opts: opts, src: src}
 	b.headStride = opts.BlockSize * cfg.headDim
 	b.layerStride = 2 * cfg.kvHeads * b.headStride
 	perBlock := int64(cfg.layers) * int64(b.layerStride)
@@ -180,8 +182,8 @@ var (
 func (b *Backend) CopyBlocks(ctx context.Context, src, dst []int32) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return ErrClosed
+	if err := b.usable(); err != nil {
+		return err
 	}
 	if len(src) != len(dst) {
 		return fmt.Errorf("%w: %d source blocks for %d destinations", ErrBadBatch, len(src), len(dst))
@@ -329,8 +331,8 @@ func (b *Backend) ForwardTokens(ctx context.Context, bt *sched.Batch, choice []s
 
 // forward is Forward with b.mu held.
 func (b *Backend) forward(ctx context.Context, bt *sched.Batch, logits [][]float32) error {
-	if b.closed {
-		return ErrClosed
+	if err := b.usable(); err != nil {
+		return err
 	}
 	if bt == nil {
 		return fmt.Errorf("%w: nil batch", ErrBadBatch)

@@ -50,6 +50,7 @@ func New(ck *model.Checkpoint, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (checkpoint %s)", err, ck.Dir)
 	}
+	b.sl.ck = ck // a level-2 sleep releases its weights, a wake reloads them
 	return b, nil
 }
 
