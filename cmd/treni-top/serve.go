@@ -31,7 +31,8 @@ engine: /v1/completions, /v1/chat/completions (SSE streaming or not),
 /v1/models, /health and Prometheus /metrics. Each cold stage of startup is
 reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 		Example: `  treni-top serve --model ./qwen3-tiny --addr 127.0.0.1:8000
-  treni-top serve --demo --warmup-passes 4`,
+  treni-top serve --demo --warmup-passes 4
+  treni-top serve --demo --enable-sleep-mode --wake-on-request`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.MainStart = mainStartedAt
@@ -87,6 +88,8 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 	f.IntVar(&o.Threads, "threads", 0, "CPU backend threads (default GOMAXPROCS)")
 	f.IntVar(&o.WarmupPasses, "warmup-passes", 0, "dummy forward passes before serving (the warmup stage)")
 	f.StringVar(&o.Load, "load", "", "how the weights are taken: mmap (compute from the mapped files; CPU default) or copy (read them into the engine's own memory, like llama.cpp --no-mmap; the CUDA backend's staged upload, its default)")
+	f.BoolVar(&o.EnableSleepMode, "enable-sleep-mode", false, "serve vLLM's sleep endpoints: POST /sleep?level=1|2 frees the device memory (level 1 keeps the weights in host memory, level 2 rereads them from their files on wake), POST /wake_up takes it back, GET /is_sleeping")
+	f.BoolVar(&o.WakeOnRequest, "wake-on-request", false, "with --enable-sleep-mode: a request that arrives while asleep wakes the engine and is served (its time to first token holds the wake) instead of a 503")
 	f.Float64Var(&o.KVTouchGiB, "kv-touch-gib", 0, "allocate and touch this many GiB during kv_alloc (reproduces a first-allocation cost; refused beyond 90% of the memory available)")
 	f.DurationVar(&o.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request's head and body must arrive within this; a stalled one is answered 408 and its connection closed")
 	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open HTTP connections at most; one more is answered 503")

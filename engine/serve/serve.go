@@ -98,6 +98,15 @@ type Options struct {
 	// MaxConnections caps open HTTP connections; one more is answered
 	// 503 (default server.DefaultMaxConnections).
 	MaxConnections int
+	// EnableSleepMode serves vLLM's sleep endpoints (POST /sleep, POST
+	// /wake_up, GET /is_sleeping; docs/ARCHITECTURE.md, "Sleep and wake").
+	// On CUDA it allocates the weights and the KV pool through the
+	// driver's virtual memory API, so that a wake keeps their addresses.
+	EnableSleepMode bool
+	// WakeOnRequest has a request that arrives while asleep wake the
+	// engine and be served instead of answered 503 (needs
+	// EnableSleepMode).
+	WakeOnRequest bool
 }
 
 // emitter writes stage lines and log lines to one writer.
@@ -304,11 +313,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	// http_ready: listener start → our own /health answers.
-	srv, err := server.New(s, tok, server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
+	sopt := server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
 		BodyTimeout: o.BodyTimeout, MaxConnections: o.MaxConnections,
 		FirstRequest: func(arrived, first time.Time, promptTokens int) {
 			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
-		}})
+		}}
+	if o.EnableSleepMode {
+		// Each sleep and each wake reports its parts as stage lines, as
+		// the cold start does (docs/ARCHITECTURE.md, "Sleep and wake").
+		sopt.Sleep = &server.SleepOptions{WakeOnRequest: o.WakeOnRequest, Phase: func(p sched.Phase) { em.stage(p.Stage, p.Start, p.End, p.Attrs) }}
+	}
+	srv, err := server.New(s, tok, sopt)
 	if err != nil {
 		return err
 	}
@@ -422,6 +437,8 @@ func (o *Options) normalize(lg *log.Logger) error {
 		return fmt.Errorf("--body-timeout %v: use a positive duration, or 0 for the default %v", o.BodyTimeout, server.DefaultBodyTimeout)
 	case o.MaxConnections < 0:
 		return fmt.Errorf("--max-connections %d: use a positive count, or 0 for the default %d", o.MaxConnections, server.DefaultMaxConnections)
+	case o.WakeOnRequest && !o.EnableSleepMode:
+		return errors.New("--wake-on-request needs --enable-sleep-mode")
 	}
 	// Before loading, so that an impossible size fails at once (it ended
 	// in the Go runtime's "out of memory" and a 189-line stack dump).

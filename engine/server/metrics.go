@@ -75,6 +75,7 @@ func (srv *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(b, "%s_bucket{model_name=%s,le=\"+Inf\"} %d\n", name, model, h.Count)
 		fmt.Fprintf(b, "%s_sum{model_name=%s} %s\n%s_count{model_name=%s} %d\n", name, model, num(h.Sum), name, model, h.Count)
 	}
+	srv.sleepMetrics(b, model)
 	hist("treni_time_to_first_token_seconds", "Time from request arrival to its first generated token.", m.TTFT)
 	hist("treni_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", m.ITL)
 }

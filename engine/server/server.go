@@ -22,7 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/treni-top/treni-top/engine/sched"
@@ -63,6 +63,10 @@ type Options struct {
 	// generated, and its prompt length. serve reports it as the
 	// first_request stage.
 	FirstRequest func(arrived, firstToken time.Time, promptTokens int)
+	// Sleep, when set, enables sleep mode: POST /sleep, POST /wake_up and
+	// GET /is_sleeping (sleep.go); the scheduler's backend must be a
+	// sched.Sleeper.
+	Sleep *SleepOptions
 	// ProcessStart, when set, is exported as process_start_time_seconds
 	// (the standard Prometheus name), so a client can tell a freshly
 	// started server from a warm one (treni-top bench's cold check).
@@ -95,9 +99,12 @@ type Server struct {
 	// stopIDs end a request's generation unless it sets ignore_eos:
 	// asked of the tokenizer once, not on every request.
 	stopIDs []int32
+	sl      *sleeper // sleep mode, or nil
 
-	firstOnce sync.Once
-	conns     *connLimit
+	// firstPending says the next request to produce a token is reported
+	// through FirstRequest: the first one, and the first after each wake.
+	firstPending atomic.Bool
+	conns        *connLimit
 }
 
 // New creates a server in front of s. The caller runs s.Run.
@@ -124,6 +131,15 @@ func New(s *sched.Scheduler, tok Tokenizer, opt Options) (*Server, error) {
 		opt.MaxConnections = DefaultMaxConnections
 	}
 	srv := &Server{s: s, tok: tok, opt: opt, mux: http.NewServeMux(), stopIDs: tok.StopTokenIDs(), conns: newConnLimit(opt.MaxConnections)}
+	srv.firstPending.Store(true)
+	if opt.Sleep != nil {
+		sl, err := newSleeper(s, *opt.Sleep, opt.Log.Printf, func() { srv.firstPending.Store(true) })
+		if err != nil {
+			return nil, err
+		}
+		srv.sl = sl
+		sl.routes(srv)
+	}
 	srv.mux.HandleFunc("/health", srv.health)
 	srv.mux.HandleFunc("/metrics", srv.metrics)
 	srv.mux.HandleFunc("/v1/models", srv.auth(srv.models))
@@ -502,9 +518,11 @@ func (srv *Server) run(w http.ResponseWriter, r *http.Request, j job, chat bool)
 	// it, and the scheduler frees its KV blocks at the next step.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	st, err := srv.s.Submit(ctx, j.req)
+	st, err := srv.submit(ctx, j.req)
 	if err != nil {
-		if errors.Is(err, sched.ErrInvalid) {
+		if e := refusal(w, err); e != nil {
+			srv.fail(w, r, e)
+		} else if errors.Is(err, sched.ErrInvalid) {
 			srv.fail(w, r, badRequest("", "invalid_value", "%v", err))
 		} else {
 			srv.fail(w, r, &apiError{status: 503, Message: fmt.Sprintf("the server cannot take requests: %v", err), Type: "server_error"})
@@ -516,8 +534,8 @@ func (srv *Server) run(w http.ResponseWriter, r *http.Request, j job, chat bool)
 	out := newTextOut(srv.tok.NewStreamDecoder(), j.stops)
 	if srv.opt.FirstRequest != nil {
 		defer func() {
-			if ft := st.FirstToken(); !ft.IsZero() {
-				srv.firstOnce.Do(func() { srv.opt.FirstRequest(arrived, ft, len(j.req.Prompt)) })
+			if ft := st.FirstToken(); !ft.IsZero() && srv.firstPending.CompareAndSwap(true, false) {
+				srv.opt.FirstRequest(arrived, ft, len(j.req.Prompt))
 			}
 		}()
 	}
@@ -561,8 +579,8 @@ func (srv *Server) runPlain(ctx context.Context, w http.ResponseWriter, r *http.
 	res := st.Result()
 	if out.stopped {
 		res.CompletionTokens = n
-	} else if res.Finish == sched.FinishError || res.Finish == sched.FinishCancelled {
-		srv.fail(w, r, &apiError{status: 500, Message: fmt.Sprintf("generation failed: %v", res.Err), Type: "server_error"})
+	} else if e := interrupted(res); e != nil {
+		srv.fail(w, r, e)
 		return
 	}
 	u := newUsage(len(j.req.Prompt), res)
@@ -636,8 +654,8 @@ func (srv *Server) runStream(ctx context.Context, w http.ResponseWriter, r *http
 	res := st.Result()
 	if out.stopped {
 		res.CompletionTokens = n
-	} else if res.Finish == sched.FinishError || res.Finish == sched.FinishCancelled {
-		send(map[string]*apiError{"error": {Message: fmt.Sprintf("generation failed: %v", res.Err), Type: "server_error"}})
+	} else if e := interrupted(res); e != nil {
+		send(map[string]*apiError{"error": e})
 		return
 	}
 	fr := finishReason(res, out.stopped)
