@@ -94,19 +94,45 @@ func (b *Backend) Sleep(_ context.Context, level int) ([]sched.Phase, error) {
 	return []sched.Phase{{Stage: trace.StageSleep, Start: t0, End: time.Now(), Attrs: attrs}}, nil
 }
 
-// WakeWeights puts the weights back (sched.Sleeper): after a level-2
-// sleep it reloads them from the checkpoint's files and rebuilds the
-// backend's view of them; after level 1 they never left, and the phase
-// says so.
-func (b *Backend) WakeWeights(ctx context.Context) ([]sched.Phase, error) {
+// Wake puts the weights back, then maps a fresh KV pool (sched.Sleeper).
+func (b *Backend) Wake(ctx context.Context, weights, kv bool) ([]sched.Phase, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, ErrClosed
 	}
-	if !b.sl.weights {
-		return nil, nil
+	var phases []sched.Phase
+	if weights && b.sl.weights {
+		p, err := b.wakeWeights(ctx)
+		if err != nil {
+			return phases, err
+		}
+		phases = append(phases, p)
 	}
+	if kv && b.sl.kv {
+		p, err := b.wakeKV()
+		if err != nil {
+			return phases, err
+		}
+		phases = append(phases, p)
+	}
+	if !b.sl.weights && !b.sl.kv {
+		b.sl.level = 0
+	}
+	return phases, nil
+}
+
+// Asleep says which parts sleep (sched.Sleeper).
+func (b *Backend) Asleep() (weights, kv bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sl.weights, b.sl.kv
+}
+
+// wakeWeights puts the weights back: after a level-2 sleep it reloads
+// them from the checkpoint's files and rebuilds the backend's view of
+// them; after level 1 they never left, and the phase says so (b.mu held).
+func (b *Backend) wakeWeights(ctx context.Context) (sched.Phase, error) {
 	t0 := time.Now()
 	attrs := trace.Attrs{"level": b.sl.level}
 	if !b.sl.weightsGone {
@@ -114,12 +140,12 @@ func (b *Backend) WakeWeights(ctx context.Context) ([]sched.Phase, error) {
 	} else {
 		st, err := b.sl.ck.Reload(ctx)
 		if err != nil {
-			return nil, err
+			return sched.Phase{}, err
 		}
 		w, err := loadWeights(&b.cfg, b.src)
 		if err != nil {
 			_, _ = b.sl.ck.ReleaseWeights()
-			return nil, fmt.Errorf("cpu: reload the weights: %w", err)
+			return sched.Phase{}, fmt.Errorf("cpu: reload the weights: %w", err)
 		}
 		b.w, b.sl.weightsGone = w, false
 		end := time.Now()
@@ -130,40 +156,23 @@ func (b *Backend) WakeWeights(ctx context.Context) ([]sched.Phase, error) {
 		attrs["gb_per_s"] = float64(st.Bytes) / max(end.Sub(t0).Seconds(), 1e-9) / 1e9
 	}
 	b.sl.weights = false
-	b.wokenIfDone()
 	for k, v := range rssAttrs("rss_mb") {
 		attrs[k] = v
 	}
-	return []sched.Phase{{Stage: trace.StageWeightsRestore, Start: t0, End: time.Now(), Attrs: attrs}}, nil
+	return sched.Phase{Stage: trace.StageWeightsRestore, Start: t0, End: time.Now(), Attrs: attrs}, nil
 }
 
-// WakeKV maps a fresh KV pool (sched.Sleeper); its pages cost memory only
-// once written, as at startup.
-func (b *Backend) WakeKV(context.Context) ([]sched.Phase, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	if !b.sl.kv {
-		return nil, nil
-	}
+// wakeKV maps a fresh KV pool; its pages cost memory only once written, as
+// at startup (b.mu held).
+func (b *Backend) wakeKV() (sched.Phase, error) {
 	t0 := time.Now()
 	kv, err := allocKV(b.kvFloats)
 	if err != nil {
-		return nil, err
+		return sched.Phase{}, err
 	}
 	b.kv, b.sl.kv = kv, false
 	attrs := trace.Attrs{"blocks": b.opts.NumBlocks, "block_size": b.opts.BlockSize, "bytes": b.kvFloats * 4, "level": b.sl.level}
-	b.wokenIfDone()
-	return []sched.Phase{{Stage: trace.StageKVAlloc, Start: t0, End: time.Now(), Attrs: attrs}}, nil
-}
-
-// wokenIfDone ends the sleep once both parts are awake.
-func (b *Backend) wokenIfDone() {
-	if !b.sl.weights && !b.sl.kv {
-		b.sl.level = 0
-	}
+	return sched.Phase{Stage: trace.StageKVAlloc, Start: t0, End: time.Now(), Attrs: attrs}, nil
 }
 
 // rssAttrs is the process's resident memory (VmRSS, 10⁶ bytes) as the

@@ -104,15 +104,18 @@ func TestSleepWakeRoundTrip(t *testing.T) {
 					t.Fatalf("a block copy while asleep: %v, want ErrAsleep", err)
 				}
 				// The KV cache first, as vLLM allows: still asleep.
-				ps, err = b.WakeKV(ctx)
+				ps, err = b.Wake(ctx, false, true)
 				if err != nil {
 					t.Fatal(err)
 				}
 				onePhase(t, ps, trace.StageKVAlloc)
+				if w, k := b.Asleep(); !w || k {
+					t.Fatalf("after waking the KV cache: asleep weights %v, KV %v", w, k)
+				}
 				if err := b.Forward(ctx, &sched.Batch{Seqs: []sched.SeqChunk{{SeqID: 1, Tokens: prompt, Blocks: []int32{0}, WantLogits: true}}}, row); !errors.Is(err, ErrAsleep) {
 					t.Fatalf("a step with the weights asleep: %v, want ErrAsleep", err)
 				}
-				ps, err = b.WakeWeights(ctx)
+				ps, err = b.Wake(ctx, true, true) // the KV cache is awake: weights only
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -120,8 +123,8 @@ func TestSleepWakeRoundTrip(t *testing.T) {
 				if wantBytes := level == 2; (a["bytes"].(int64) > 0) != wantBytes {
 					t.Fatalf("level %d weights_restore attrs %v", level, a)
 				}
-				if ps, err := b.WakeKV(ctx); err != nil || ps != nil {
-					t.Fatalf("a wake of an awake KV cache: %v, %v; want nothing done", ps, err)
+				if w, k := b.Asleep(); w || k {
+					t.Fatalf("after the wake: asleep weights %v, KV %v", w, k)
 				}
 				if got := greedy(t, b, prompt, 12); !slices.Equal(got, want) {
 					t.Fatalf("level %d: greedy tokens after the wake %v, before the sleep %v", level, got, want)

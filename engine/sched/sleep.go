@@ -43,12 +43,14 @@ type Sleeper interface {
 	// Sleep releases the KV storage and the weights: at SleepLevel1 the
 	// weights are kept in host memory, at SleepLevel2 they are dropped.
 	Sleep(ctx context.Context, level int) ([]Phase, error)
-	// WakeWeights puts the weights back (trace.StageWeightsRestore). It
-	// does nothing when they are not asleep.
-	WakeWeights(ctx context.Context) ([]Phase, error)
-	// WakeKV allocates the KV storage again (trace.StageKVAlloc), zeroed.
-	// It does nothing when it is not asleep.
-	WakeKV(ctx context.Context) ([]Phase, error)
+	// Wake puts back the parts asked for that are asleep, the weights
+	// (trace.StageWeightsRestore) before the KV storage
+	// (trace.StageKVAlloc, zeroed); a backend may overlap the two. The
+	// sleep ends once neither part is asleep.
+	Wake(ctx context.Context, weights, kv bool) ([]Phase, error)
+	// Asleep says which parts are asleep, also after a Sleep or a Wake
+	// that failed part-way.
+	Asleep() (weights, kv bool)
 }
 
 // FinishAbort ends a request that a sleep in abort mode interrupted.

@@ -175,8 +175,18 @@ func (sl *sleeper) sleep(ctx context.Context, level int, abort bool) (bool, time
 		}
 		// The backend failed part-way: whatever it freed comes back, or
 		// the engine stays gated and says so.
+		w, k := sl.be.Asleep()
 		sl.mu.Lock()
-		sl.level, sl.sleeping = level, map[string]bool{TagWeights: true, TagKVCache: true}
+		sl.level, sl.sleeping = level, map[string]bool{}
+		if w {
+			sl.sleeping[TagWeights] = true
+		}
+		if k {
+			sl.sleeping[TagKVCache] = true
+		}
+		if !w && !k {
+			sl.level, sl.gated = 0, false
+		}
 		sl.mu.Unlock()
 		if _, werr := sl.wakeLocked(context.WithoutCancel(ctx), nil); werr != nil {
 			return false, took, fmt.Errorf("sleep at level %d failed (%w) and the engine could not be woken again (%v); restart the server", level, err, werr)
@@ -232,26 +242,18 @@ func (sl *sleeper) wakeLocked(ctx context.Context, tags []string) ([]string, err
 	var phases []sched.Phase
 	err := sl.s.Exclusive(ctx, false, func() error {
 		// The parts run to their end once started, whoever went away.
-		ctx := context.WithoutCancel(ctx)
-		for _, t := range []string{TagWeights, TagKVCache} {
-			if !want[t] {
-				continue
-			}
-			var ph []sched.Phase
-			var err error
-			if t == TagWeights {
-				ph, err = sl.be.WakeWeights(ctx)
-			} else {
-				ph, err = sl.be.WakeKV(ctx)
-			}
-			phases = append(phases, ph...)
-			if err != nil {
-				return fmt.Errorf("wake %s: %w", t, err)
-			}
+		var err error
+		phases, err = sl.be.Wake(context.WithoutCancel(ctx), want[TagWeights], want[TagKVCache])
+		return err
+	})
+	// What woke, also when the wake failed part-way.
+	w, k := sl.be.Asleep()
+	for t, still := range map[string]bool{TagWeights: w, TagKVCache: k} {
+		if want[t] && !still {
 			woke = append(woke, t)
 		}
-		return nil
-	})
+	}
+	slices.Sort(woke)
 	sl.report(phases)
 	sl.mu.Lock()
 	for _, t := range woke {

@@ -51,13 +51,17 @@ func (b *sleepyBackend) Sleep(_ context.Context, level int) ([]sched.Phase, erro
 	return []sched.Phase{{Stage: trace.StageSleep, Start: time.Now(), End: time.Now(), Attrs: trace.Attrs{"level": level}}}, nil
 }
 
-func (b *sleepyBackend) WakeWeights(context.Context) ([]sched.Phase, error) { return nil, nil }
-
-func (b *sleepyBackend) WakeKV(context.Context) ([]sched.Phase, error) {
+func (b *sleepyBackend) Wake(context.Context, bool, bool) ([]sched.Phase, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asleep = false
 	return nil, nil
+}
+
+func (b *sleepyBackend) Asleep() (bool, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.asleep, b.asleep
 }
 
 // sleepyEnv serves be with sleep mode on.
