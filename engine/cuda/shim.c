@@ -74,6 +74,15 @@ tt_cuda *tt_cuda_open(const char *path, char *err, size_t errlen) {
 	RESOLVE(cuGraphLaunch, "cuGraphLaunch");
 	RESOLVE(cuGraphExecDestroy, "cuGraphExecDestroy");
 	RESOLVE(cuGraphDestroy, "cuGraphDestroy");
+	// Optional: sleep mode needs them and says so where they are missing.
+	*(void **)(&c->cuMemGetAllocationGranularity) = dlsym(c->lib, "cuMemGetAllocationGranularity");
+	*(void **)(&c->cuMemAddressReserve) = dlsym(c->lib, "cuMemAddressReserve");
+	*(void **)(&c->cuMemAddressFree) = dlsym(c->lib, "cuMemAddressFree");
+	*(void **)(&c->cuMemCreate) = dlsym(c->lib, "cuMemCreate");
+	*(void **)(&c->cuMemRelease) = dlsym(c->lib, "cuMemRelease");
+	*(void **)(&c->cuMemMap) = dlsym(c->lib, "cuMemMap");
+	*(void **)(&c->cuMemUnmap) = dlsym(c->lib, "cuMemUnmap");
+	*(void **)(&c->cuMemSetAccess) = dlsym(c->lib, "cuMemSetAccess");
 	return c;
 fail:
 	dlclose(c->lib);

@@ -36,6 +36,31 @@ typedef struct tt_CUlaunchConfig {
 	unsigned int numAttrs;
 } tt_CUlaunchConfig;
 
+// The virtual memory management API's descriptions (cuda.h, CUDA 10.2
+// on): an allocation's properties (CUmemAllocationProp: pinned device
+// memory on one device) and an access grant (CUmemAccessDesc).
+typedef unsigned long long tt_CUmemGenericAllocationHandle;
+typedef struct tt_CUmemLocation {
+	int type; // CU_MEM_LOCATION_TYPE_DEVICE = 1
+	int id;   // the device ordinal
+} tt_CUmemLocation;
+typedef struct tt_CUmemAllocationProp {
+	int type;                 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+	int requestedHandleTypes; // CU_MEM_HANDLE_TYPE_NONE = 0
+	tt_CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} tt_CUmemAllocationProp;
+typedef struct tt_CUmemAccessDesc {
+	tt_CUmemLocation location;
+	int flags; // CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+} tt_CUmemAccessDesc;
+
 typedef struct tt_cuda {
 	void *lib;
 	tt_CUresult (*cuInit)(unsigned int);
@@ -90,6 +115,17 @@ typedef struct tt_cuda {
 	tt_CUresult (*cuGraphLaunch)(tt_CUgraphExec, tt_CUstream);
 	tt_CUresult (*cuGraphExecDestroy)(tt_CUgraphExec);
 	tt_CUresult (*cuGraphDestroy)(tt_CUgraph);
+	// Optional (NULL where the driver lacks them): the virtual memory
+	// management API, through which sleep mode keeps the weights' and KV
+	// pool's addresses while their memory is given back (vmm.go).
+	tt_CUresult (*cuMemGetAllocationGranularity)(size_t *, const tt_CUmemAllocationProp *, int);
+	tt_CUresult (*cuMemAddressReserve)(tt_CUdeviceptr *, size_t, size_t, tt_CUdeviceptr, unsigned long long);
+	tt_CUresult (*cuMemAddressFree)(tt_CUdeviceptr, size_t);
+	tt_CUresult (*cuMemCreate)(tt_CUmemGenericAllocationHandle *, size_t, const tt_CUmemAllocationProp *, unsigned long long);
+	tt_CUresult (*cuMemRelease)(tt_CUmemGenericAllocationHandle);
+	tt_CUresult (*cuMemMap)(tt_CUdeviceptr, size_t, size_t, tt_CUmemGenericAllocationHandle, unsigned long long);
+	tt_CUresult (*cuMemUnmap)(tt_CUdeviceptr, size_t);
+	tt_CUresult (*cuMemSetAccess)(tt_CUdeviceptr, size_t, const tt_CUmemAccessDesc *, size_t);
 } tt_cuda;
 
 // tt_cuda_open loads the driver library at path and resolves every symbol.

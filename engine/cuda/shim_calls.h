@@ -54,5 +54,13 @@ static inline tt_CUresult tt_cuGraphInstantiate(tt_cuda *c, tt_CUgraphExec * a0,
 static inline tt_CUresult tt_cuGraphLaunch(tt_cuda *c, tt_CUgraphExec a0, tt_CUstream a1) { return c->cuGraphLaunch(a0, a1); }
 static inline tt_CUresult tt_cuGraphExecDestroy(tt_cuda *c, tt_CUgraphExec a0) { return c->cuGraphExecDestroy(a0); }
 static inline tt_CUresult tt_cuGraphDestroy(tt_cuda *c, tt_CUgraph a0) { return c->cuGraphDestroy(a0); }
+static inline tt_CUresult tt_cuMemGetAllocationGranularity(tt_cuda *c, size_t * a0, const tt_CUmemAllocationProp * a1, int a2) { return c->cuMemGetAllocationGranularity(a0, a1, a2); }
+static inline tt_CUresult tt_cuMemAddressReserve(tt_cuda *c, tt_CUdeviceptr * a0, size_t a1, size_t a2, tt_CUdeviceptr a3, unsigned long long a4) { return c->cuMemAddressReserve(a0, a1, a2, a3, a4); }
+static inline tt_CUresult tt_cuMemAddressFree(tt_cuda *c, tt_CUdeviceptr a0, size_t a1) { return c->cuMemAddressFree(a0, a1); }
+static inline tt_CUresult tt_cuMemCreate(tt_cuda *c, tt_CUmemGenericAllocationHandle * a0, size_t a1, const tt_CUmemAllocationProp * a2, unsigned long long a3) { return c->cuMemCreate(a0, a1, a2, a3); }
+static inline tt_CUresult tt_cuMemRelease(tt_cuda *c, tt_CUmemGenericAllocationHandle a0) { return c->cuMemRelease(a0); }
+static inline tt_CUresult tt_cuMemMap(tt_cuda *c, tt_CUdeviceptr a0, size_t a1, size_t a2, tt_CUmemGenericAllocationHandle a3, unsigned long long a4) { return c->cuMemMap(a0, a1, a2, a3, a4); }
+static inline tt_CUresult tt_cuMemUnmap(tt_cuda *c, tt_CUdeviceptr a0, size_t a1) { return c->cuMemUnmap(a0, a1); }
+static inline tt_CUresult tt_cuMemSetAccess(tt_cuda *c, tt_CUdeviceptr a0, size_t a1, const tt_CUmemAccessDesc * a2, size_t a3) { return c->cuMemSetAccess(a0, a1, a2, a3); }
 
 #endif
