@@ -94,6 +94,11 @@ type BackendOptions struct {
 	// and its graph's capture; see warmup.go); those costs then fall on
 	// the first request.
 	NoLoadWarmup bool
+	// SleepMode allocates the weights and the KV pool through the
+	// driver's virtual memory API (vmm.go), so that Sleep can give their
+	// memory back and Wake take it again at the same addresses, keeping
+	// the captured decode graphs (sleep.go). Off: plain cuMemAlloc.
+	SleepMode bool
 	// Stage, when set, is called with each cold stage of NewBackend as it
 	// ends (cuda_init, kernel_load, decoder_tensor_upload, kv_alloc), and
 	// with graph_capture from inside Forward when a decode bucket is first
@@ -153,6 +158,10 @@ type Backend struct {
 	qDim, kvDim, qkvDim int
 	weights, smalls     DevicePtr // the two weight allocations
 	weightsBytes        int64
+	smallsBytes         int
+	dir                 string       // the checkpoint's directory (a level-2 wake reads it again)
+	files               []model.File // its weight files as loaded
+	sl                  sleepState   // sleep mode (sleep.go)
 	embed, lmHead       DevicePtr
 	finalNorm, invFreq  DevicePtr
 	layers              []devLayer
@@ -572,6 +581,7 @@ func (b *Backend) free() error {
 	keep(b.releaseStaging())
 	keep(b.c.Synchronize())
 	keep(b.dropGraphs())
+	keep(b.freeSleep())
 	for _, p := range b.ownAllocs() {
 		if *p != 0 {
 			keep(b.c.Free(*p))

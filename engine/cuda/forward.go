@@ -58,6 +58,14 @@ func (b *Backend) validate(bt *sched.Batch) error {
 	return nil
 }
 
+// scratchSizes are the byte sizes of the step scratch buffers for T
+// tokens, in grow's order: x, h, qkv, att, gu, act, lmX, rope.
+func (b *Backend) scratchSizes(T int) []int {
+	c := b.cfg
+	return []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2,
+		T * c.HeadDim / 2 * 8}
+}
+
 // grow sizes the step scratch for T tokens, rows logits rows and meta
 // int32 metadata entries (runner thread).
 func (b *Backend) grow(T, rows, meta int) error {
@@ -90,9 +98,7 @@ func (b *Backend) grow(T, rows, meta int) error {
 				return err
 			}
 		}
-		sizes := []int{T * c.HiddenSize * 4, T * c.HiddenSize * 2, T * b.qkvDim * 2, T * b.qDim * 2, T * 2 * c.IntermediateSize * 2, T * c.IntermediateSize * 2, T * c.HiddenSize * 2,
-			T * c.HeadDim / 2 * 8}
-		for i, n := range sizes {
+		for i, n := range b.scratchSizes(T) {
 			p, err := b.c.Alloc(n)
 			if err != nil {
 				*ptrs[i] = 0
@@ -199,6 +205,10 @@ func (b *Backend) acquire() (release func(), err error) {
 	if b.closed {
 		release()
 		return nil, ErrClosed
+	}
+	if b.sl.asleep() {
+		release()
+		return nil, ErrAsleep
 	}
 	return release, nil
 }

@@ -133,7 +133,9 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 	addSmall(&b.finalNorm, fn)
 	type layerOffs struct{ qkv, o, gu, down int64 }
 	offs := make([]layerOffs, c.NumLayers)
-	b.layers = make([]devLayer, c.NumLayers)
+	if len(b.layers) != c.NumLayers {
+		b.layers = make([]devLayer, c.NumLayers)
+	} // a level-2 wake lays the weights out again over the same layers, KV pointers kept
 	for i := 0; i < c.NumLayers; i++ {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		var ts [7]*model.Tensor
@@ -197,10 +199,10 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 		}
 	}
 
-	b.weightsBytes = wsize
-	if b.weights, err = b.c.Alloc(int(wsize)); err != nil {
+	if b.weights, err = b.allocWeights(wsize); err != nil {
 		return st, nil, nil, fmt.Errorf("cuda: weights need %d bytes of device memory: %w", wsize, err)
 	}
+	b.weightsBytes = wsize
 	b.embed, b.lmHead = b.weights+DevicePtr(embedOff), b.weights+DevicePtr(lmOff)
 	for i := range b.layers {
 		l := &b.layers[i]
@@ -208,8 +210,14 @@ func (b *Backend) layout(ck *model.Checkpoint) (st uploadStats, jobs []copyJob, 
 		l.gu, l.down = b.weights+DevicePtr(offs[i].gu), b.weights+DevicePtr(offs[i].down)
 	}
 	inv := c.InvFreq()
-	if b.smalls, err = b.c.Alloc(smallsN*4 + len(inv)*8); err != nil {
-		return st, nil, nil, err
+	switch n := smallsN*4 + len(inv)*8; {
+	case b.smalls == 0:
+		if b.smalls, err = b.c.Alloc(n); err != nil {
+			return st, nil, nil, err
+		}
+		b.smallsBytes = n
+	case n != b.smallsBytes: // a level-2 wake: the same checkpoint, the same sizes
+		return st, nil, nil, fmt.Errorf("cuda: the checkpoint's norm weights and biases now take %d bytes, %d when it was loaded; restart the server", n, b.smallsBytes)
 	}
 	for _, r := range refs {
 		*r.dst = b.smalls + DevicePtr(r.off*4)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -116,6 +117,9 @@ func (s *Starter) Load(ctx context.Context, ck *model.Checkpoint, opts BackendOp
 	s.used = true
 	b := s.b
 	err := checkOptions(ck, opts)
+	if err == nil && opts.SleepMode && !b.d.HasVMM() {
+		err = errors.New("cuda: sleep mode needs the driver's virtual memory management API (cuMemCreate and friends, CUDA 10.2 on), which this driver lacks; update the driver or serve without --enable-sleep-mode")
+	}
 	if err == nil {
 		s.up, err = resolveUploadConfig(opts.ColdPageCache) // build runs the upload by it
 	}
@@ -141,6 +145,7 @@ func (s *Starter) Load(ctx context.Context, ck *model.Checkpoint, opts BackendOp
 			*e.v = *kept[i].v
 		}
 		b.opts, b.cfg = opts, ck.Config
+		b.dir, b.files = ck.Dir, slices.Clone(ck.Files)
 		c := b.cfg
 		b.buckets = DefaultGraphBuckets()
 		if len(opts.GraphBuckets) > 0 {
@@ -459,7 +464,7 @@ func (b *Backend) allocKV() error {
 	perLayer := int64(b.opts.NumBlocks) * int64(c.NumKVHeads) * int64(b.opts.BlockSize) * int64(c.HeadDim) * 2
 	b.kvBytes = perLayer * 2 * int64(c.NumLayers)
 	var err error
-	if b.kv, err = b.c.Alloc(int(b.kvBytes)); err != nil {
+	if b.kv, err = b.allocKVMem(b.kvBytes); err != nil {
 		return fmt.Errorf("cuda: KV pool of %d blocks (%d bytes; lower the block count): %w", b.opts.NumBlocks, b.kvBytes, err)
 	}
 	if err := b.s.Memset8Async(b.kv, 0, int(b.kvBytes)); err != nil {

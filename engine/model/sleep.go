@@ -165,3 +165,20 @@ func (c *Checkpoint) Released() bool {
 	defer c.mu.Unlock()
 	return c.released != ""
 }
+
+// SameFiles checks that a checkpoint opened again has the weight files it
+// had when loaded (was): the same paths, sizes and modification times;
+// ErrFilesChanged otherwise.
+func (c *Checkpoint) SameFiles(was []File) error {
+	if len(c.Files) != len(was) {
+		return fmt.Errorf("%w: %s has %d weight files, %d when loaded; restart the server to serve the new weights", ErrFilesChanged, c.Dir, len(c.Files), len(was))
+	}
+	for i, f := range c.Files {
+		w := was[i]
+		if f.Path != w.Path || f.Size != w.Size || !f.ModTime.Equal(w.ModTime) {
+			return fmt.Errorf("%w: %s was %d bytes modified %s when loaded, now %s is %d bytes modified %s; restart the server to serve the new weights",
+				ErrFilesChanged, w.Path, w.Size, w.ModTime.Format("2006-01-02 15:04:05.000"), f.Path, f.Size, f.ModTime.Format("2006-01-02 15:04:05.000"))
+		}
+	}
+	return nil
+}

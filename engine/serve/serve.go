@@ -730,7 +730,7 @@ func DefaultBatchedTokens(backend string) int {
 // graph_capture) as stage lines.
 func newBackend(ctx context.Context, ck *model.Checkpoint, o Options, blocks int, em *emitter, starter *cuda.Starter, coldCache bool) (backend, error) {
 	if starter != nil {
-		cb, err := starter.Load(ctx, ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load),
+		cb, err := starter.Load(ctx, ck, cuda.BackendOptions{NumBlocks: blocks, BlockSize: o.BlockSize, ColdPageCache: coldCache, Upload: cudaUpload(o.Load), SleepMode: o.EnableSleepMode,
 			Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
 		if err == nil {
 			return cb, nil
