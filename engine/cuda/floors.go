@@ -19,11 +19,14 @@ type Floors struct {
 	CtxRetainMS     float64 `json:"ctx_retain_ms"`
 	PageableH2DGBps float64 `json:"pageable_h2d_gb_per_s"`
 	PinnedH2DGBps   float64 `json:"pinned_h2d_gb_per_s"`
-	RegisteredGBps  float64 `json:"registered_h2d_gb_per_s"`
-	HostRegisterMS  float64 `json:"host_register_ms"` // cuMemHostRegister of Bytes
-	HostAllocMS     float64 `json:"host_alloc_ms"`    // cuMemHostAlloc of Bytes
-	D2DGBps         float64 `json:"d2d_gb_per_s"`     // bytes read + written
-	Bytes           int     `json:"bytes"`
+	// PinnedD2HGBps is the way back (a level-1 sleep's copy of the
+	// weights into page-locked host memory).
+	PinnedD2HGBps  float64 `json:"pinned_d2h_gb_per_s"`
+	RegisteredGBps float64 `json:"registered_h2d_gb_per_s"`
+	HostRegisterMS float64 `json:"host_register_ms"` // cuMemHostRegister of Bytes
+	HostAllocMS    float64 `json:"host_alloc_ms"`    // cuMemHostAlloc of Bytes
+	D2DGBps        float64 `json:"d2d_gb_per_s"`     // bytes read + written
+	Bytes          int     `json:"bytes"`
 	// Gemm is cuBLASLt's bf16 matrix rate (gemmfloor.go): a workload's
 	// prefill is bounded by its FLOPs over it. Nil when it could not be
 	// measured; GemmError then says why.
@@ -133,6 +136,14 @@ func MeasureFloors(ctx context.Context, n int) (Floors, error) {
 		if f.PinnedH2DGBps, err = bestOf(3, n, func() error { return h2d(pinned.Ptr, n) }); err != nil {
 			return err
 		}
+		if f.PinnedD2HGBps, err = bestOf(3, n, func() error {
+			if err := s.CopyDtoHAsync(pinned.Ptr, dev, n); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		}); err != nil {
+			return err
+		}
 		d2d, err := bestOf(5, n, func() error {
 			if err := s.CopyDtoDAsync(dev2, dev, n); err != nil {
 				return err
@@ -211,6 +222,7 @@ func (f Floors) Text() string {
 	fmt.Fprintf(&b, "H2D pageable                %8.1f GB/s\n", f.PageableH2DGBps)
 	fmt.Fprintf(&b, "H2D cuMemHostRegister'd     %8.1f GB/s\n", f.RegisteredGBps)
 	fmt.Fprintf(&b, "H2D pinned (cuMemHostAlloc) %8.1f GB/s\n", f.PinnedH2DGBps)
+	fmt.Fprintf(&b, "D2H pinned (cuMemHostAlloc) %8.1f GB/s\n", f.PinnedD2HGBps)
 	fmt.Fprintf(&b, "cuMemHostRegister           %8.1f ms\n", f.HostRegisterMS)
 	fmt.Fprintf(&b, "cuMemHostAlloc              %8.1f ms\n", f.HostAllocMS)
 	fmt.Fprintf(&b, "D2D (read + write)          %8.0f GB/s\n", f.D2DGBps)
