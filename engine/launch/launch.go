@@ -82,7 +82,10 @@ type Process struct {
 	spec  Spec
 	sink  trace.Sink
 	clock trace.Clock
-	run   int
+	run   int // the cold run's index; later runs of the same process in runs (runs.go)
+
+	runMu sync.Mutex
+	runs  []runFrom
 
 	cmd      *exec.Cmd // nil when attached
 	pid      int
@@ -262,7 +265,11 @@ func CheckFree(ctx context.Context, spec Spec) error {
 }
 
 func (p *Process) emit(e trace.Event) {
-	e.Run = p.run
+	at := e.At
+	if e.Kind == trace.KindStage && e.Stage != nil {
+		at = e.Stage.Start
+	}
+	e.Run = p.runAt(at)
 	p.sink.Emit(e)
 }
 
@@ -284,8 +291,9 @@ func (p *Process) BaseURL() string {
 	return p.url
 }
 
-// Run is the cold-run index stamped on this process's events.
-func (p *Process) Run() int { return p.run }
+// Run is the run index stamped on this process's events now: its cold
+// run's, or the latest SetRun's.
+func (p *Process) Run() int { return p.runAt(p.clock.Now()) }
 
 // PIDs is the live process tree: the main process, its descendants and the
 // members of its process group, for the samplers. Empty once it is gone.
