@@ -107,6 +107,16 @@ type Config struct {
 	// runs after it are not started, so a session never holds silently
 	// fewer runs than asked (Run's error says how many completed).
 	ColdRuns int
+	// SleepCycles, when positive, puts the target to sleep and wakes it
+	// that many times after the cold runs (sleep.go): each wake is a run of
+	// its own, with its cold request and warm requests. SleepLevel is the
+	// sleep level (1, the default, or 2), SleepFor how long the target
+	// sleeps before each wake (0: DefaultSleepFor), Sleeper how (nil:
+	// HTTPSleep).
+	SleepCycles int
+	SleepLevel  int
+	SleepFor    time.Duration
+	Sleeper     SleepController
 	// Warmup and Repeat count the warm-up (not measured) and measured warm
 	// requests after cold_1.
 	Warmup, Repeat int
@@ -152,6 +162,9 @@ type Runner struct {
 	extra   map[int]int // warm probes sent by WarmProbe, per run
 
 	scrape scraper // the current target's /metrics scraper
+
+	sleeper SleepController // sleep cycles (sleep.go)
+	wakes   int             // wakes done (Run's goroutine)
 }
 
 type command int
@@ -160,6 +173,7 @@ const (
 	cmdColdRun command = iota
 	cmdWarmProbe
 	cmdEvictRestart
+	cmdSleepWake
 )
 
 // New checks cfg and builds a Runner.
@@ -179,7 +193,21 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Attached && cfg.ColdRuns > 1 {
 		return nil, errors.New("runner: an attached server has no cold start to repeat; ColdRuns must be 1")
 	}
-	r := &Runner{cfg: cfg, cmds: make(chan command, 8), extra: map[int]int{}}
+	switch {
+	case cfg.SleepCycles < 0:
+		return nil, fmt.Errorf("runner: %d sleep cycles; give 0 or more", cfg.SleepCycles)
+	case cfg.SleepLevel == 0:
+		cfg.SleepLevel = 1
+	case cfg.SleepLevel != 1 && cfg.SleepLevel != 2:
+		return nil, fmt.Errorf("runner: sleep level %d: use 1 (weights kept in host memory) or 2 (dropped)", cfg.SleepLevel)
+	}
+	if cfg.SleepFor <= 0 {
+		cfg.SleepFor = DefaultSleepFor
+	}
+	r := &Runner{cfg: cfg, cmds: make(chan command, 8), extra: map[int]int{}, sleeper: cfg.Sleeper}
+	if r.sleeper == nil {
+		r.sleeper = HTTPSleep{}
+	}
 	var samplers []probe.Sampler
 	if cfg.Samplers != nil {
 		samplers = cfg.Samplers(r.pid, r.pids)
@@ -268,6 +296,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 
 	err := r.plannedRuns(ctx)
+	if err == nil && r.cfg.SleepCycles > 0 && ctx.Err() == nil {
+		err = r.sleepCycles(ctx)
+	}
 	if r.cfg.ExitAfterSequence {
 		if ctx.Err() != nil && err != nil {
 			return fmt.Errorf("interrupted: %w", err)
@@ -285,6 +316,9 @@ func (r *Runner) Run(ctx context.Context) error {
 				_ = r.coldRun(ctx, r.nextRun(), c == cmdEvictRestart)
 			case cmdWarmProbe:
 				r.warmProbe(ctx)
+			case cmdSleepWake:
+				r.wakes++
+				_ = r.sleepCycle(ctx, r.wakes, max(r.wakes, r.cfg.SleepCycles))
 			}
 		}
 	}
