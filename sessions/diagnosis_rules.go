@@ -121,7 +121,8 @@ func gatherFacts(events []trace.Event, run Run) *facts {
 	x := &facts{RunFacts: collectFacts(events, run), run: run, reqs: SummarizeRequests(run.Requests)}
 	x.engine = targetOf(events, run, x.RunFacts)
 	x.loadTerm = x.dur(trace.StagePageCache)
-	x.uploadTerm = x.dur(trace.StageDecoderTensorUpload)
+	// A wake's weights_restore moves the weights back as the upload did.
+	x.uploadTerm = x.dur(trace.StageDecoderTensorUpload, trace.StageWeightsRestore)
 	if s, ok := run.Attribution.Stage(trace.StageModelLoad); ok {
 		x.uploadTerm += s.Exclusive
 	}

@@ -227,32 +227,34 @@ func collectMetrics(ss []*Session) (map[string][]float64, int) {
 	for _, s := range ss {
 		for _, run := range s.Runs() {
 			runs++
+			// A wake's cold metrics are its own (Wake.metricPrefix).
+			w := run.Wake.metricPrefix()
 			if run.ColdEndKind != ColdEndLastStage {
-				m["cold_total/"+run.ColdEndKind] = append(m["cold_total/"+run.ColdEndKind], stat.MS(run.ColdTotal()))
+				m[w+"cold_total/"+run.ColdEndKind] = append(m[w+"cold_total/"+run.ColdEndKind], stat.MS(run.ColdTotal()))
 			}
 			// The engine's own split of its upload: a cold page cache
 			// shows up as read wait.
 			ls := splitLoad(run.Spans)
 			if ls.readWaitMS >= 0 {
-				m[metricUploadReadWait] = append(m[metricUploadReadWait], ls.readWaitMS)
+				m[w+metricUploadReadWait] = append(m[w+metricUploadReadWait], ls.readWaitMS)
 			}
 			if ls.copyWaitMS >= 0 {
-				m[metricUploadCopyWait] = append(m[metricUploadCopyWait], ls.copyWaitMS)
+				m[w+metricUploadCopyWait] = append(m[w+metricUploadCopyWait], ls.copyWaitMS)
 			}
 			for _, st := range run.Attribution.Stages {
 				k := "stage/" + string(st.Name)
 				if st.Name == trace.StagePageCache && ls.deferred {
 					k = metricResidencyCheck
 				}
-				m[k] = append(m[k], stat.MS(st.Duration))
+				m[w+k] = append(m[w+k], stat.MS(st.Duration))
 			}
 			if len(run.Attribution.Stages) > 0 {
-				m["stage/"+string(trace.StageUnattributed)] = append(m["stage/"+string(trace.StageUnattributed)], stat.MS(run.Attribution.Unattributed))
+				m[w+"stage/"+string(trace.StageUnattributed)] = append(m[w+"stage/"+string(trace.StageUnattributed)], stat.MS(run.Attribution.Unattributed))
 			}
 			rs := SummarizeRequests(run.Requests)
 			if rs.Cold != nil {
-				m["cold_ttft"] = append(m["cold_ttft"], rs.Cold.TTFT)
-				m["cold_e2e"] = append(m["cold_e2e"], rs.Cold.E2E)
+				m[w+"cold_ttft"] = append(m[w+"cold_ttft"], rs.Cold.TTFT)
+				m[w+"cold_e2e"] = append(m[w+"cold_e2e"], rs.Cold.E2E)
 			}
 			for _, row := range rs.Rows {
 				if row.Phase != trace.PhaseWarm || row.Error != "" {
@@ -278,6 +280,11 @@ func collectMetrics(ss []*Session) (map[string][]float64, int) {
 // metricOrder sorts cold totals first, then stages in taxonomy order, then
 // request metrics.
 func metricOrder(k string) int {
+	if rest, ok := strings.CutPrefix(k, "wake_l"); ok {
+		// After the cold start's rows, level 1's before level 2's.
+		_, m, _ := strings.Cut(rest, "/")
+		return 1000*int(rest[0]-'0') + metricOrder(m)
+	}
 	switch {
 	case strings.HasPrefix(k, "cold_total"):
 		return 0

@@ -148,11 +148,23 @@ func (p *progress) marker(e trace.Event) {
 	m := e.Marker
 	switch m.Name {
 	case trace.MarkerRunStart:
+		if w := wakeOf(m.Attrs); w != nil {
+			p.printf(e.At, e.Run, "run %d: %s: waking the target", e.Run, w)
+			break
+		}
 		of := ""
 		if n, ok := m.Attrs.Float("cold_runs"); ok && n > 1 {
 			of = fmt.Sprintf(" (%d of %d)", e.Run+1, int(n))
 		}
 		p.printf(e.At, e.Run, "cold run %d: launching%s", e.Run, of)
+	case trace.MarkerSleep:
+		lvl, _ := m.Attrs.Float(trace.AttrSleepLevel)
+		ms, _ := m.Attrs.Float("http_ms")
+		if msg, ok := m.Attrs.String("error"); ok {
+			p.printf(e.At, e.Run, "sleep (level %d) FAILED: %s", int(lvl), msg)
+		} else {
+			p.printf(e.At, e.Run, "target asleep (level %d) after %s", int(lvl), stat.FormatMS(ms))
+		}
 	case trace.MarkerAttached:
 		// Said before the first poll: nothing is known yet of the server
 		// but its URL (the healthy line or a wait line follows).

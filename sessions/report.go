@@ -38,6 +38,8 @@ type RunReport struct {
 	ExitCode        int              `json:"exit_code,omitempty"`
 	// Failed is why the run did not complete (Run.Failed).
 	Failed string `json:"failed,omitempty"`
+	// Wake is set for a wake of a sleeping target (Run.Wake).
+	Wake *Wake `json:"wake,omitempty"`
 }
 
 // StageRow is one stage in a report.
@@ -67,7 +69,7 @@ func buildRunReport(run Run) RunReport {
 		Index: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
 		UnattributedMS: stat.MS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
 		Dominant: a.Dominant, CriticalPath: a.CriticalPath,
-		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed, Failed: run.Failed,
+		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed, Failed: run.Failed, Wake: run.Wake,
 	}
 	if run.Healthy > 0 {
 		rr.HealthyMS = stat.MS(run.Healthy - run.Start)
@@ -179,6 +181,11 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		return
 	}
 	end := map[string]string{ColdEndFirstToken: "process start → first token", ColdEndHealthy: "process start → healthy", ColdEndLastStage: "process start → last stage"}[run.ColdEnd]
+	if run.Wake != nil {
+		// Not a process start: the wake's request, the same process.
+		title = fmt.Sprintf("Run %d: %s", run.Index, run.Wake)
+		end = strings.Replace(end, "process start", "wake", 1)
+	}
 	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, stat.FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
 	if run.Crashed {
 		fmt.Fprintf(b, "**The target crashed (exit code %d).**\n\n", run.ExitCode)

@@ -39,6 +39,9 @@ type Run struct {
 	// not ask for it.
 	Exit    *trace.Process `json:"exit,omitempty"`
 	Crashed bool           `json:"crashed,omitempty"`
+	// Wake is set when the run is a wake of a sleeping target (its
+	// run_start says so), not a fresh process.
+	Wake *Wake `json:"wake,omitempty"`
 	// Failed is the error of the run's run_failed marker: the run did not
 	// complete its cold sequence (never healthy, a request failed, the
 	// target exited), so its numbers are partial.
@@ -121,6 +124,7 @@ func Analyze(events []trace.Event) []Run {
 			switch e.Marker.Name {
 			case trace.MarkerRunStart:
 				setStart(e.At)
+				a.run.Wake = wakeOf(e.Marker.Attrs)
 			case trace.MarkerHealthy:
 				if a.run.Healthy == 0 {
 					a.run.Healthy = e.At

@@ -67,7 +67,11 @@ func (m Model) paneBox(i, w, h int) []string {
 	p := m.pane(i)
 	title := fmt.Sprintf("%d %s", i+1, p.title())
 	if r, ok := m.st.run(m.ctx.runSel); ok && len(m.st.runs) > 1 && (i == paneWaterfall || i == paneRequests) {
-		title += fmt.Sprintf(" · run %d", r.Index)
+		if r.Wake != nil {
+			title += fmt.Sprintf(" · run %d, %s", r.Index, r.Wake)
+		} else {
+			title += fmt.Sprintf(" · run %d", r.Index)
+		}
 	}
 	memo := false
 	switch i {
@@ -189,10 +193,14 @@ func (m Model) headerLines(w int) []string {
 	return []string{l1, l2}
 }
 
-// runPosition is the header's place of run r: "cold run 3/5" in a series
-// of cold runs (run --cold-runs 5; runs added with the r key count on past
-// it), else "run 1/2" of the runs seen.
+// runPosition is the header's place of run r: "wake 2/5 (level 1)" for a
+// wake of a sleeping target (run --sleep-cycles 5), "cold run 3/5" in a
+// series of cold runs (run --cold-runs 5; runs added with the r key count
+// on past it), else "run 1/2" of the runs seen.
 func (m Model) runPosition(r sessions.Run) string {
+	if r.Wake != nil {
+		return r.Wake.String() // "wake 2/5 (level 1)"
+	}
 	n := len(m.st.runs)
 	if k := m.ctx.header.ColdRuns; k > 1 {
 		if last := m.st.runs[n-1].Index + 1; last > k {

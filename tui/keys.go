@@ -9,6 +9,7 @@ type keyMap struct {
 	Up, Down, PageUp, PageDown, Top, Bottom         key.Binding
 	Search, NextMatch, PrevMatch                    key.Binding
 	ColdRun, WarmProbe, Evict, Save, PauseView      key.Binding
+	SleepWake                                       key.Binding
 	ReplayPause, Faster, Slower, Back, Fwd          key.Binding
 	BackLong, FwdLong, PrevRun, NextRun, Help, Quit key.Binding
 }
@@ -32,6 +33,7 @@ func newKeyMap() keyMap {
 		WarmProbe:   key.NewBinding(key.WithKeys("w"), key.WithHelp("w", "one warm probe")),
 		Evict:       key.NewBinding(key.WithKeys("e"), key.WithHelp("e", "evict weights, restart cold")),
 		Save:        key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "save session now")),
+		SleepWake:   key.NewBinding(key.WithKeys("Z"), key.WithHelp("Z", "sleep, wake")),
 		PauseView:   key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause the display")),
 		ReplayPause: key.NewBinding(key.WithKeys(" "), key.WithHelp("space", "pause replay")),
 		Faster:      key.NewBinding(key.WithKeys("+", "="), key.WithHelp("+", "replay faster")),
@@ -57,7 +59,7 @@ func (k keyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
 		{k.NextPane, k.PrevPane, k.Pane, k.Zoom, k.PrevRun, k.NextRun, k.Help, k.Quit},
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, k.Search, k.NextMatch, k.PrevMatch},
-		{k.ColdRun, k.WarmProbe, k.Evict, k.Save, k.PauseView},
+		{k.ColdRun, k.WarmProbe, k.Evict, k.SleepWake, k.Save, k.PauseView},
 		{k.ReplayPause, k.Faster, k.Slower, k.Back, k.Fwd, k.BackLong, k.FwdLong},
 	}
 }

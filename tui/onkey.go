@@ -68,6 +68,15 @@ func (m Model) onKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			c.EvictAndRestart()
 			return "evicting the weights and restarting cold"
 		})
+	case key.Matches(msg, k.SleepWake):
+		m.control("sleep and wake", func(c Controller) string {
+			sw, ok := c.(SleepWaker)
+			if !ok {
+				return m.notAvailable("sleep and wake")
+			}
+			sw.SleepWake()
+			return "putting the target to sleep; its wake will be a run of its own"
+		})
 	case key.Matches(msg, k.Save):
 		m.control("save", func(c Controller) string {
 			p, err := c.Save()

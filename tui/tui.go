@@ -39,6 +39,13 @@ type Controller interface {
 	Quit()
 }
 
+// SleepWaker is a Controller that can put its target to sleep and wake it
+// (key Z; sleep mode: the built-in engine, vLLM --enable-sleep-mode); the
+// wake is a run of its own.
+type SleepWaker interface {
+	SleepWake()
+}
+
 // ReplayControl steers a replay; *sessions.Replayer satisfies it.
 type ReplayControl interface {
 	// SetPaused pauses or resumes playback (space).

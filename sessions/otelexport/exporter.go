@@ -423,6 +423,11 @@ func (x *exporter) root(run sessions.Run, diag *sessions.Diagnosis) {
 	if run.Crashed {
 		attrs = append(attrs, attribute.Bool("treni.crashed", true))
 	}
+	if w := run.Wake; w != nil && run.ColdEndKind != sessions.ColdEndNone {
+		// A wake of a sleeping target: the same process, its own window.
+		name = "wake"
+		attrs = append(attrs, attribute.Int("treni.wake", w.Cycle), attribute.Int("treni.wakes", w.Of), attribute.Int("treni.sleep_level", w.Level))
+	}
 	if diag != nil {
 		attrs = append(attrs, diagnosisAttrs(*diag)...)
 	}

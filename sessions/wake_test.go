@@ -1,0 +1,82 @@
+package sessions
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// wakeSession is a cold start and a level-1 wake of the same process, as
+// the runner's sleep cycles record them, with cold stage durations coldMS
+// and a weights_restore of wakeMS.
+func wakeSession(coldMS, wakeMS float64) *Session {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var evs []trace.Event
+	add := func(run int, at time.Duration, e trace.Event) {
+		e.Run, e.At = run, at
+		evs = append(evs, e)
+	}
+	stage := func(run int, name trace.Stage, start, end time.Duration) {
+		add(run, end, trace.Event{Kind: trace.KindStage, Stage: &trace.Span{Name: name, Start: start, End: end, Source: "engine"}})
+	}
+	req := func(run int, sent, ttft time.Duration) {
+		add(run, sent+ttft, trace.Event{Kind: trace.KindRequest, Request: &trace.Request{ID: "c" + time.Duration(sent).String(), Label: "cold_1", Phase: trace.PhaseCold, Sent: sent, FirstToken: ttft, End: ttft, Done: true}})
+	}
+	add(0, 0, trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart, Attrs: trace.Attrs{"run": 0}}})
+	stage(0, trace.StageDecoderTensorUpload, 0, ms(coldMS))
+	req(0, ms(coldMS), ms(5))
+	stage(0, trace.StageSleep, ms(coldMS+100), ms(coldMS+250))
+	w0 := ms(coldMS + 1000)
+	add(1, w0, trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart, Attrs: trace.Attrs{"run": 1, trace.AttrWake: 1, trace.AttrWakes: 3, trace.AttrSleepLevel: 1}}})
+	stage(1, trace.StageWeightsRestore, w0+ms(1), w0+ms(1+wakeMS))
+	req(1, w0+ms(2+wakeMS), ms(5))
+	return &Session{Events: evs}
+}
+
+// TestWakeRuns: a wake run carries its place and level, its cold window
+// starts at the wake (the sleep that ended the run before stays there),
+// the report names it, and diff keeps its metrics apart from a cold
+// start's, after them.
+func TestWakeRuns(t *testing.T) {
+	s := wakeSession(400, 150)
+	runs := s.Runs()
+	if len(runs) != 2 || runs[0].Wake != nil {
+		t.Fatalf("runs %+v", runs)
+	}
+	w := runs[1].Wake
+	if w == nil || w.String() != "wake 1/3 (level 1)" {
+		t.Fatalf("wake %+v", w)
+	}
+	if got := runs[1].ColdTotal(); got != 157*time.Millisecond {
+		t.Errorf("the wake's window %v, want 157ms (wake → first token)", got)
+	}
+	if _, ok := runs[1].Attribution.Stage(trace.StageSleep); ok {
+		t.Error("the sleep is in the wake's window")
+	}
+	md := BuildReport(s).Markdown()
+	if !strings.Contains(md, "## Run 1: wake 1/3 (level 1): 157.0 ms (wake → first token)") {
+		t.Errorf("report:\n%s", md)
+	}
+	d, err := Diff([]*Session{s}, []*Session{wakeSession(400, 300)}, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	verdict := map[string]string{}
+	for _, r := range d.Rows {
+		order = append(order, r.Metric)
+		verdict[r.Metric] = r.Verdict
+	}
+	if verdict["wake_l1/stage/weights_restore"] != DiffRegression || verdict["stage/decoder_tensor_upload"] != DiffUnchanged {
+		t.Errorf("verdicts %v", verdict)
+	}
+	if _, ok := verdict["stage/weights_restore"]; ok {
+		t.Error("the wake's weights_restore is mixed into the cold start's stages")
+	}
+	last := order[len(order)-1]
+	if !strings.HasPrefix(last, "wake_l1/") || !strings.HasPrefix(order[0], "cold_total/") {
+		t.Errorf("row order %v: cold start first, the wake's rows after", order)
+	}
+}
