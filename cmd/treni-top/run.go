@@ -35,6 +35,9 @@ type runOptions struct {
 	url      string
 	evict    bool
 	coldRuns int
+	// sleep cycles (sleep mode): how many, at which level, asleep how long
+	sleepCycles, sleepLevel int
+	sleepFor                time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -62,10 +65,19 @@ requests. They are the samples 'treni-top diff' compares. The first run that
 fails (the target crashes or never becomes healthy, a request fails, the
 eviction cannot be verified) ends the series: no later run is started, the
 session keeps the completed runs and the failed one (marked failed), and run
-exits 2 naming the failed run and how many completed.`,
+exits 2 naming the failed run and how many completed.
+
+--sleep-cycles N then puts the target to sleep and wakes it N times
+(sleep mode: vLLM's POST /sleep?level=L and POST /wake_up; the built-in
+engine is started with --enable-sleep-mode, vLLM must be started with
+--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1). Each wake is a run of its
+own in the same process, with its stages (weights_restore, kv_alloc, graph
+capture, first_request), its cold request and its warm requests; --sleep-for
+is how long the target stays asleep before each wake.`,
 		Example: `  treni-top run --model ./qwen3-tiny
   treni-top run --headless --evict-page-cache --model ./qwen3-tiny
   treni-top run --headless --cold-runs 5 --record base.jsonl --model ./qwen3-tiny
+  treni-top run --headless --sleep-cycles 5 --sleep-level 1 --model ./qwen3-tiny
   treni-top run -- vllm serve Qwen/Qwen3-4B --port 8000
   OLLAMA_HOST=127.0.0.1:11500 treni-top run --headless --request-model synth -- ollama serve`,
 		Args: cobra.ArbitraryArgs,
@@ -81,6 +93,9 @@ exits 2 naming the failed run and how many completed.`,
 	f.StringVar(&o.url, "url", "", "the target's base URL for health and requests (default: inferred from the command, the server kind or its log)")
 	f.BoolVar(&o.evict, "evict-page-cache", false, "evict the weight files from the page cache before each launch and record residency before and after")
 	f.IntVar(&o.coldRuns, "cold-runs", 1, "independent cold starts to record in this session, each a fresh process with its cold and warm requests (the samples diff compares)")
+	f.IntVar(&o.sleepCycles, "sleep-cycles", 0, "after the cold runs, put the target to sleep and wake it this many times (sleep mode), each wake a run of its own")
+	f.IntVar(&o.sleepLevel, "sleep-level", 1, "sleep level of --sleep-cycles: 1 (weights kept in host memory) or 2 (dropped, read from their files on wake)")
+	f.DurationVar(&o.sleepFor, "sleep-for", runner.DefaultSleepFor, "how long the target stays asleep before each wake of --sleep-cycles")
 	addLiveFlags(cmd, &o.liveOptions)
 	return cmd
 }
@@ -123,6 +138,14 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	if o.coldRuns < 1 {
 		return withExit(2, fmt.Errorf("--cold-runs %d: give the number of cold starts to record, 1 or more", o.coldRuns))
 	}
+	switch {
+	case o.sleepCycles < 0:
+		return withExit(2, fmt.Errorf("--sleep-cycles %d: give the number of sleep and wake cycles, 0 or more", o.sleepCycles))
+	case o.sleepLevel != 1 && o.sleepLevel != 2:
+		return withExit(2, fmt.Errorf("--sleep-level %d: use 1 (weights kept in host memory) or 2 (dropped)", o.sleepLevel))
+	case o.sleepFor <= 0:
+		return withExit(2, fmt.Errorf("--sleep-for %v: give a positive duration, e.g. 1s", o.sleepFor))
+	}
 	engine := o.engine
 	if engine == "" {
 		engine = "builtin"
@@ -152,6 +175,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		var extra []string
 		if o.load != "" {
 			extra = append(extra, "--load", o.load)
+		}
+		if o.sleepCycles > 0 {
+			extra = append(extra, "--enable-sleep-mode")
 		}
 		s, err := launch.BuiltinSpec(model, o.device, extra...)
 		if err != nil {
@@ -225,6 +251,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		PageCache:         runner.PageCacheFuncs{},
 		EvictPageCache:    o.evict,
 		ColdRuns:          o.coldRuns,
+		SleepCycles:       o.sleepCycles,
+		SleepLevel:        o.sleepLevel,
+		SleepFor:          o.sleepFor,
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,
 		HealthTimeout:     o.timeout,
