@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,5 +115,40 @@ func TestReloadRefusesChangedFiles(t *testing.T) {
 		if tn.Data != nil {
 			t.Fatalf("tensor %s has data after a refused reload", name)
 		}
+	}
+}
+
+// TestSameFiles: a checkpoint opened again matches the files it was
+// loaded from until one of them is touched (ErrFilesChanged naming it).
+func TestSameFiles(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tinyConfig(ArchQwen3, false)
+	writeCkpt(t, dir, cfg, infos(t, mustJSON(t, cfg), BF16), 2)
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	was := c.Files
+	again := func() *Checkpoint {
+		c, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if err := again().SameFiles(was); err != nil {
+		t.Fatalf("unchanged files: %v", err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(was[1].Path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := again().SameFiles(was); !errors.Is(err, ErrFilesChanged) || !strings.Contains(err.Error(), was[1].Path) {
+		t.Fatalf("a touched file: %v, want ErrFilesChanged naming %s", err, was[1].Path)
+	}
+	if err := again().SameFiles(was[:1]); !errors.Is(err, ErrFilesChanged) {
+		t.Fatalf("another number of files: %v", err)
 	}
 }
