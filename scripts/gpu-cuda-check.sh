@@ -60,7 +60,7 @@ san="skipped"
 if [ "${SANITIZE:-1}" = 1 ] && command -v /usr/local/cuda/bin/compute-sanitizer >/dev/null; then
 	say "== compute-sanitizer (memcheck) over the kernel tests and the tiny backend checks"
 	TRENI_CUDA_BIG= timeout 240 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --print-limit 20 \
-		"$TESTBIN" -test.count=1 -test.run "${SANITIZE_TESTS:-TestGPUElementwise|TestGPURopeStoreAndAttention|TestGPUSample|TestGPUBackendMatchesCPU}" > "$OUT/sanitizer.log" 2>&1
+		"$TESTBIN" -test.count=1 -test.run "${SANITIZE_TESTS:-TestGPUElementwise|TestGPURopeStoreAndAttention|TestGPUSample|TestGPUBackendMatchesCPU|TestGPUSleepWake}" > "$OUT/sanitizer.log" 2>&1
 	src=$?
 	san=$(grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tail -n 1)
 	[ -n "$san" ] || san="rc=$src (no summary)"

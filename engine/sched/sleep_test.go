@@ -39,6 +39,15 @@ func TestExclusiveAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first step is under way (held at the gate), so the abort below
+	// meets one request running and one queued.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Metrics().Running != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never started running")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	var sawUsed, sawQueued = -1, -1
 	done := make(chan error, 1)
 	go func() {
