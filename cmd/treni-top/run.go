@@ -254,6 +254,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		SleepCycles:       o.sleepCycles,
 		SleepLevel:        o.sleepLevel,
 		SleepFor:          o.sleepFor,
+		Sleeper:           runner.HTTPSleep{APIKey: apiKey(o.apiKey)},
 		Warmup:            o.warmup,
 		Repeat:            o.repeat,
 		HealthTimeout:     o.timeout,
