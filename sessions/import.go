@@ -117,6 +117,7 @@ func Import(r io.Reader, opts ImportOptions) (*Session, error) {
 			Marker: &trace.Marker{Name: trace.MarkerHealthy, Attrs: trace.Attrs{"source": "log"}}})
 	}
 	trace.SortEvents(evs)
+	evs = splitWakes(evs)
 	// The log's clock quality travels with the events, so the diagnosis
 	// can refuse to weigh durations that only count lines.
 	evs = append([]trace.Event{

@@ -242,6 +242,9 @@ func coldEnd(r Run, lastAt time.Duration) (time.Duration, string) {
 	}
 	end := r.Start
 	for _, s := range r.Spans {
+		if s.Name == trace.StageSleep {
+			continue // a sleep ends the run; it is never part of a start
+		}
 		if s.End > end {
 			end = s.End
 		}

@@ -80,3 +80,49 @@ func TestWakeRuns(t *testing.T) {
 		t.Errorf("row order %v: cold start first, the wake's rows after", order)
 	}
 }
+
+// TestImportVLLMSleepAndWake: a vLLM log with sleep mode lines imports as
+// the cold start and one run a wake, each wake's run starting where vLLM's
+// figure says its wake began, the sleeps staying in the runs they end.
+func TestImportVLLMSleepAndWake(t *testing.T) {
+	log := strings.Join([]string{
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:00 [core.py:1] Initializing a V1 LLM engine (v0.11.0) with config: tensor_parallel_size=1",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:05 [default_loader.py:1] Loading weights took 2.00 seconds",
+		"(APIServer pid=2) INFO 11-29 05:00:08 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+		"(APIServer pid=2) INFO:     Application startup complete.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:00 [gpu_worker.py:116] Sleep mode freed 12.34 GiB memory, 1.02 GiB memory is still in use.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:00 [abstract.py:233] It took 0.500000 seconds to fall asleep.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:10 [abstract.py:251] It took 1.000000 seconds to wake up tags {'weights', 'kv_cache'}.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:20 [abstract.py:233] It took 0.500000 seconds to fall asleep.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:30 [abstract.py:251] It took 1.000000 seconds to wake up tags {'weights', 'kv_cache'}.",
+	}, "\n")
+	s, err := Import(strings.NewReader(log), ImportOptions{Kind: "vllm", Ref: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := s.Runs()
+	if len(runs) != 3 || runs[0].Wake != nil {
+		t.Fatalf("%d runs (first a wake: %v), want the cold start and 2 wakes", len(runs), len(runs) > 0 && runs[0].Wake != nil)
+	}
+	for i, r := range runs[1:] {
+		if r.Wake == nil || r.Wake.String() != "wake "+string(rune('1'+i)) {
+			t.Fatalf("run %d: wake %+v", i+1, r.Wake)
+		}
+		wr, ok := r.Attribution.Stage(trace.StageWeightsRestore)
+		if !ok || wr.Start != r.Start || wr.Duration != time.Second || r.ColdTotal() != time.Second {
+			t.Errorf("run %d: weights_restore %+v (found %v), window %v; want the 1 s wake, the whole window, at the run's start %v", i+1, wr, ok, r.ColdTotal(), r.Start)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		found := false
+		for _, sp := range runs[i].Spans {
+			found = found || sp.Name == trace.StageSleep
+		}
+		if !found {
+			t.Errorf("run %d lacks the sleep that ended it", i)
+		}
+	}
+	if _, ok := runs[0].Attribution.Stage(trace.StageDecoderTensorUpload); !ok {
+		t.Error("the cold start lost its upload")
+	}
+}

@@ -48,9 +48,12 @@ type hit struct {
 	hasEnd      bool
 	terminal    bool // extend: the stage's work is known to have reached here
 	main        bool // belongs to the main process even on a tagged line
-	set         trace.Attrs
-	add         trace.Attrs
-	max         trace.Attrs
+	// fresh: the line is a span of its own, never a worker's part of the
+	// last one (a sleep or a wake, which repeat within the settle window).
+	fresh bool
+	set   trace.Attrs
+	add   trace.Attrs
+	max   trace.Attrs
 }
 
 // member is one worker's part of a stage.
@@ -205,9 +208,9 @@ func (p *Parser) workerMode() bool {
 }
 
 // group returns the span being built for stage, or a new one when the last
-// one has ended and gone quiet for the settle window.
-func (p *Parser) group(stage trace.Stage, at time.Duration) *group {
-	if g := p.active[stage]; g != nil && (g.hasOpen() || at-g.lastActivity <= settleWindow) {
+// one has ended and gone quiet for the settle window, or fresh asks for one.
+func (p *Parser) group(stage trace.Stage, at time.Duration, fresh bool) *group {
+	if g := p.active[stage]; g != nil && !fresh && (g.hasOpen() || at-g.lastActivity <= settleWindow) {
 		return g
 	}
 	g := &group{stage: stage, source: "log:" + string(p.kind), members: map[string]*member{}, attrs: trace.Attrs{}, lastActivity: at}
@@ -301,7 +304,7 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 	default:
 		p.runtimeDone = true
 	}
-	g := p.group(h.stage, at)
+	g := p.group(h.stage, at, h.fresh)
 	m := g.members[worker]
 	if m == nil {
 		start := at

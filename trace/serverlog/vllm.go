@@ -30,6 +30,9 @@ var (
 	reVGraphDone     = regexp.MustCompile(`Graph capturing finished in ([0-9.]+) secs?(?:, took ([0-9.]+) GiB)?`)
 	reVWarmupRun     = regexp.MustCompile(`Initial profiling/warmup run took ([0-9.]+) s`)
 	reVTokenizer     = regexp.MustCompile(`Init Tokenizer took ([0-9.]+) seconds`)
+	reVAsleep        = regexp.MustCompile(`It took ([0-9.]+) seconds to fall asleep`)
+	reVWoke          = regexp.MustCompile(`It took ([0-9.]+) seconds to wake up(?: tags (.*?))?\.?\s*$`)
+	reVSleepFreed    = regexp.MustCompile(`Sleep mode freed ([0-9.]+) GiB memory, ([0-9.]+) GiB memory is still in use`)
 	reVInitEngine    = regexp.MustCompile(`init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s(?:econds)?(?: \(compilation: ([0-9.]+) s)?`)
 )
 
@@ -38,6 +41,9 @@ type vllmState struct {
 	loadStart   map[string]time.Duration // "Starting to load model" per worker
 	uploadStart map[string]time.Duration // start of "Loading weights took" per worker
 	downloadS   float64
+	// sleepFreed: the workers' "Sleep mode freed" figures, for the sleep
+	// span the executor's "fall asleep" line closes.
+	sleepFreed trace.Attrs
 }
 
 // vllm turns one vLLM line into hits and returns the worker it came from.
@@ -247,6 +253,40 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 				st = trace.StageGraphCapture
 			}
 			p.add(hit{stage: st, op: opAnnotate, set: set})
+		}
+	case strings.Contains(msg, "Sleep mode freed"):
+		// Each worker's share, logged before the executor's line.
+		if m := reVSleepFreed.FindStringSubmatch(msg); m != nil {
+			if st.sleepFreed == nil {
+				st.sleepFreed = trace.Attrs{"freed_bytes": 0.0, "in_use_bytes": 0.0}
+			}
+			st.sleepFreed["freed_bytes"] = st.sleepFreed["freed_bytes"].(float64) + atof(m[1])*gib
+			st.sleepFreed["in_use_bytes"] = st.sleepFreed["in_use_bytes"].(float64) + atof(m[2])*gib
+		}
+		p.add(hit{stage: trace.StageSleep, op: opMark})
+	case strings.Contains(msg, "seconds to fall asleep"):
+		// Sleep mode (docs/ARCHITECTURE.md, "Sleep and wake"): every
+		// sleep is a span of its own, however soon the next one comes.
+		if m := reVAsleep.FindStringSubmatch(msg); m != nil {
+			h := took(trace.StageSleep, at, atof(m[1]))
+			h.fresh, h.main, h.set = true, true, st.sleepFreed
+			st.sleepFreed = nil
+			p.add(h)
+		}
+	case strings.Contains(msg, "seconds to wake up"):
+		// A wake of the weights (with or without the KV cache) puts the
+		// weights back; one of the KV cache alone allocates it.
+		if m := reVWoke.FindStringSubmatch(msg); m != nil {
+			stage := trace.StageWeightsRestore
+			if m[2] != "" && !strings.Contains(m[2], "weights") {
+				stage = trace.StageKVAlloc
+			}
+			h := took(stage, at, atof(m[1]))
+			h.fresh, h.main = true, true
+			if m[2] != "" {
+				h.set = trace.Attrs{"tags": strings.Trim(m[2], " .")}
+			}
+			p.add(h)
 		}
 	case strings.Contains(msg, "Init Tokenizer took"):
 		if m := reVTokenizer.FindStringSubmatch(msg); m != nil {
