@@ -56,6 +56,11 @@ func FuzzFeed(f *testing.F) {
 		"(EngineCore pid=1) INFO 05-19 02:11:48 [core.py:307] init engine (profile, create kv cache, warmup model) took 4.19 s (compilation: 1.5 s)",
 		"(Worker_TP0 pid=118) INFO 05-04 01:04:19 [monitor.py:53] torch.compile took 82.29 s in total",
 		"[2025-11-10 19:59:09 TP1] Capture cuda graph end. Time elapsed: 11.35 s. mem usage=1.04 GB. avail mem=11.22 GB.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:00 [gpu_worker.py:116] Sleep mode freed 12.34 GiB memory, 1.02 GiB memory is still in use.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:01 [abstract.py:233] It took 0.744026 seconds to fall asleep.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:03 [abstract.py:251] It took 0.779162 seconds to wake up tags {'weights', 'kv_cache'}.",
+		"Sleep mode freed 1e400 GiB memory, -1 GiB memory is still in use.",
+		"It took 9e99 seconds to wake up tags",
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), int64(i)*int64(time.Second), s, "INFO 05-09 22:56:48 [x.py:1] Starting vLLM API server on http://0.0.0.0:8000")
