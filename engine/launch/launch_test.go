@@ -302,7 +302,7 @@ func TestStageLinesBecomeSpans(t *testing.T) {
 	now := time.Now()
 	line := trace.NewStageLine(trace.StageTensorIndexBuild, now, now.Add(5*time.Millisecond), trace.Attrs{"tensors": 3}).Marshal()
 	c := &collector{}
-	p, err := Start(context.Background(), Spec{Command: []string{"sh", "-c", "echo '" + string(line) + "' >&2; echo plain"}, URL: "http://127.0.0.1:1"}, c, trace.NewClock(), 0)
+	p, err := Start(context.Background(), Spec{Command: []string{"sh", "-c", "echo '" + string(line) + "' >&2; echo plain >&2"}, URL: "http://127.0.0.1:1"}, c, trace.NewClock(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +327,71 @@ func TestStageLinesBecomeSpans(t *testing.T) {
 	}
 	if len(c.markers(trace.MarkerKindDetected)) != 1 {
 		t.Errorf("kind detection not reported")
+	}
+	if n := launcherProcessStarts(c); n != 0 {
+		t.Errorf("%d launcher process_start spans: the engine's first line is its own process_start", n)
+	}
+}
+
+// launcherProcessStarts counts the process_start spans the launcher made
+// (spawn → first output), which the built-in engine must not get.
+func launcherProcessStarts(c *collector) int {
+	n := 0
+	for _, e := range c.events() {
+		if e.Kind == trace.KindStage && e.Stage.Name == trace.StageProcessStart && e.Stage.Source == "launcher" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStageLineOverridesCommandKind: a command that only looks like
+// another server (here a model path naming sglang; or treni-top under
+// another name) is the built-in engine when its output carries the
+// engine's stage lines: the parser switches and the switch is reported.
+// A kind the caller forced stays.
+func TestStageLineOverridesCommandKind(t *testing.T) {
+	now := time.Now()
+	line := trace.NewStageLine(trace.StageTensorIndexBuild, now, now.Add(5*time.Millisecond), trace.Attrs{"tensors": 3}).Marshal()
+	script := "echo '" + string(line) + "' >&2; echo plain"
+	for _, c := range []struct {
+		name   string
+		forced serverlog.Kind
+		want   serverlog.Kind
+	}{
+		{"guessed from the command", "", serverlog.KindTreni},
+		{"forced", serverlog.KindSGLang, serverlog.KindSGLang},
+	} {
+		col := &collector{}
+		spec := Spec{Command: []string{"sh", "-c", script, "/models/sglang-qwen"}, URL: "http://127.0.0.1:1", Kind: c.forced}
+		p, err := Start(context.Background(), spec, col, trace.NewClock(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Wait()
+		var started string
+		span := false
+		for _, e := range col.events() {
+			switch {
+			case e.Kind == trace.KindProcess && e.Process.Action == trace.ProcessStart:
+				started = e.Process.ServerKind
+			case e.Kind == trace.KindStage && e.Stage.Name == trace.StageTensorIndexBuild:
+				span = true
+			}
+		}
+		if started != string(serverlog.KindSGLang) {
+			t.Fatalf("%s: process start says %q; the command should look like sglang", c.name, started)
+		}
+		if p.Kind() != string(c.want) || !span {
+			t.Errorf("%s: kind %q, stage span %v; want %q", c.name, p.Kind(), span, c.want)
+		}
+		want := 0
+		if c.forced == "" {
+			want = 1
+		}
+		if n := len(col.markers(trace.MarkerKindDetected)); n != want {
+			t.Errorf("%s: %d kind detections reported, want %d", c.name, n, want)
+		}
 	}
 }
 
