@@ -326,6 +326,11 @@ type Process struct {
 	Signal     string `json:"signal,omitempty"`
 	// Expected is true when treni-top itself asked the process to stop.
 	Expected bool `json:"expected,omitempty"`
+	// Builtin marks the start of the built-in engine that `treni-top run`
+	// launched itself (no command after --): engine flags reach it through
+	// run's --serve-arg, not on a command line the user typed, so advice
+	// that names an engine flag says it that way.
+	Builtin bool `json:"builtin,omitempty"`
 }
 
 // Well-known marker names.

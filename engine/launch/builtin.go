@@ -29,7 +29,7 @@ func BuiltinSpec(modelDir, device string, extra ...string) (Spec, error) {
 		cmd = append(cmd, "--device", device)
 	}
 	cmd = append(cmd, extra...)
-	return Spec{Command: cmd, URL: "http://" + addr, Kind: serverlog.KindTreni}, nil
+	return Spec{Command: cmd, URL: "http://" + addr, Kind: serverlog.KindTreni, Builtin: true}, nil
 }
 
 // FreePort asks the kernel for a free TCP port on 127.0.0.1. Another

@@ -55,6 +55,9 @@ type Spec struct {
 	URL string
 	// Kind forces the server kind; empty means detect.
 	Kind serverlog.Kind
+	// Builtin says the command is the built-in engine that run starts
+	// itself (BuiltinSpec); its process start event says so.
+	Builtin bool
 	// Grace is the SIGINT→SIGKILL delay used when ctx ends; 0 means
 	// DefaultGrace.
 	Grace time.Duration
@@ -184,6 +187,7 @@ func Start(ctx context.Context, spec Spec, sink trace.Sink, clock trace.Clock, r
 	}
 	p.emit(trace.Event{At: p.spawnAt, Kind: trace.KindProcess, Process: &trace.Process{
 		Action: trace.ProcessStart, PID: p.pid, Command: append([]string(nil), spec.Command...), ServerKind: string(p.kind),
+		Builtin: spec.Builtin,
 	}})
 
 	bgCtx, cancel := context.WithCancel(context.Background())

@@ -297,8 +297,12 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("create the scheduler: %w", err)
 	}
 	kvEnd := time.Now()
+	// backend names the device that serves (cpu or cuda): with --device
+	// auto it is decided only here, after any fallback, so the diagnosis
+	// reads the device from this stage rather than from runtime_init's.
 	em.stage(trace.StageKVAlloc, kvStart, kvEnd, trace.Attrs{
 		"blocks": blocks, "block_size": o.BlockSize, "bytes": be.KVBytes(), "touched_bytes": int64(len(touched)), "max_seq_len": maxSeq,
+		"backend": be.Name(),
 	})
 
 	hStart := kvEnd

@@ -116,6 +116,11 @@ func TestRunInProcess(t *testing.T) {
 	if kv.Attrs["touched_bytes"] != float64(int64(gib*(1<<30))) {
 		t.Fatalf("kv_alloc attrs %v, want the touched pool reported", kv.Attrs)
 	}
+	// With --device auto the device is decided at the backend: kv_alloc
+	// names it, for the diagnosis (here no CUDA driver: the CPU).
+	if kv.Attrs["backend"] != "cpu" {
+		t.Fatalf("kv_alloc attrs %v, want backend cpu", kv.Attrs)
+	}
 	if !strings.Contains(stderr.String(), "device auto") {
 		t.Fatalf("auto device choice not logged:\n%s", stderr.String())
 	}
