@@ -13,6 +13,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/launch"
@@ -38,6 +39,8 @@ type runOptions struct {
 	// sleep cycles (sleep mode): how many, at which level, asleep how long
 	sleepCycles, sleepLevel int
 	sleepFor                time.Duration
+	// serveArgs are passed on to the built-in engine's serve command.
+	serveArgs []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,11 +76,18 @@ engine is started with --enable-sleep-mode, vLLM must be started with
 --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1). Each wake is a run of its
 own in the same process, with its stages (weights_restore, kv_alloc, graph
 capture, first_request), its cold request and its warm requests; --sleep-for
-is how long the target stays asleep before each wake.`,
+is how long the target stays asleep before each wake.
+
+--serve-arg passes one more argument to the built-in engine's serve command
+(repeat it for more): every flag of 'treni-top serve' but the ones run sets
+itself (--model, --device, --load, --addr, --demo), e.g.
+--serve-arg=--warmup-passes=2 --serve-arg=--kv-blocks=512. The diagnosis
+names its engine knobs this way for a plain run.`,
 		Example: `  treni-top run --model ./qwen3-tiny
   treni-top run --headless --evict-page-cache --model ./qwen3-tiny
   treni-top run --headless --cold-runs 5 --record base.jsonl --model ./qwen3-tiny
   treni-top run --headless --sleep-cycles 5 --sleep-level 1 --model ./qwen3-tiny
+  treni-top run --model ./qwen3-tiny --serve-arg=--warmup-passes=1 --serve-arg=--kv-blocks=512
   treni-top run -- vllm serve Qwen/Qwen3-4B --port 8000
   OLLAMA_HOST=127.0.0.1:11500 treni-top run --headless --request-model synth -- ollama serve`,
 		Args: cobra.ArbitraryArgs,
@@ -96,6 +106,7 @@ is how long the target stays asleep before each wake.`,
 	f.IntVar(&o.sleepCycles, "sleep-cycles", 0, "after the cold runs, put the target to sleep and wake it this many times (sleep mode), each wake a run of its own")
 	f.IntVar(&o.sleepLevel, "sleep-level", 1, "sleep level of --sleep-cycles: 1 (weights kept in host memory) or 2 (dropped, read from their files on wake)")
 	f.DurationVar(&o.sleepFor, "sleep-for", runner.DefaultSleepFor, "how long the target stays asleep before each wake of --sleep-cycles")
+	f.StringArrayVar(&o.serveArgs, "serve-arg", nil, "one more argument for the built-in engine's serve command, e.g. --serve-arg=--warmup-passes=0 (repeatable; see treni-top serve --help)")
 	addLiveFlags(cmd, &o.liveOptions)
 	return cmd
 }
@@ -172,6 +183,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		if st, err := os.Stat(model); err != nil || !st.IsDir() {
 			return withExit(2, fmt.Errorf("--model %s is not a model directory; make one with 'treni-top model synth' or point at a Hugging Face checkout", model))
 		}
+		if err := checkServeArgs(o.serveArgs); err != nil {
+			return withExit(2, err)
+		}
 		var extra []string
 		if o.load != "" {
 			extra = append(extra, "--load", o.load)
@@ -179,6 +193,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 		if o.sleepCycles > 0 {
 			extra = append(extra, "--enable-sleep-mode")
 		}
+		extra = append(extra, o.serveArgs...)
 		s, err := launch.BuiltinSpec(model, o.device, extra...)
 		if err != nil {
 			return withExit(2, err)
@@ -189,6 +204,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	case "external":
 		if len(args) == 0 {
 			return withExit(2, errors.New("--engine external needs the server command after --, e.g. treni-top run -- vllm serve MODEL"))
+		}
+		if len(o.serveArgs) > 0 {
+			return withExit(2, fmt.Errorf("--serve-arg %q is for the built-in engine; put the server's own flags in its command after --", strings.Join(o.serveArgs, " ")))
 		}
 		spec = launch.Spec{Command: args, URL: o.url}
 		target = sessions.Target{Kind: sessions.TargetCommand, Command: args, URL: o.url, Model: o.reqModel}
@@ -269,6 +287,39 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	l.runner.Store(r)
 	samplers.Emit(l.Bus, clock)
 	return drive(ctx, &o.liveOptions, r, l.Live, clock, stdout, stderr)
+}
+
+// runOwnedServeFlags are the serve flags that run sets itself: passing
+// them again through --serve-arg would silently override run's own.
+var runOwnedServeFlags = map[string]string{
+	"model":  "pass run's own --model",
+	"demo":   "run without --model serves the demo checkpoint",
+	"device": "pass run's own --device",
+	"load":   "pass run's own --load",
+	"addr":   "run picks a free port itself (to choose the address, run -- treni-top serve --addr …)",
+}
+
+// checkServeArgs parses --serve-arg values with serve's own flags, so a
+// misspelt flag is refused before the launch instead of killing the
+// engine at its start.
+func checkServeArgs(args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	fs := newServeCmd().Flags()
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("--serve-arg %q: %w (see treni-top serve --help; give each flag as one argument, e.g. --serve-arg=--warmup-passes=0)", strings.Join(args, " "), err)
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		return fmt.Errorf("--serve-arg %q: serve takes flags only; give each as one --serve-arg, e.g. --serve-arg=--warmup-passes=0", strings.Join(rest, " "))
+	}
+	var err error
+	fs.Visit(func(f *pflag.Flag) {
+		if use, ok := runOwnedServeFlags[f.Name]; ok && err == nil {
+			err = fmt.Errorf("--serve-arg=--%s: run sets --%s itself; %s", f.Name, f.Name, use)
+		}
+	})
+	return err
 }
 
 // check validates the numbers.
