@@ -94,8 +94,10 @@ type Diagnosis struct {
 	ColdTotalMS float64 `json:"cold_total_ms"`
 	ColdPenalty float64 `json:"cold_penalty,omitempty"`
 	WarmBand    string  `json:"warm_band,omitempty"`
-	// Engine is the kind of target the next knobs were chosen for.
+	// Engine is the kind of target the next knobs were chosen for, and
+	// Device what it computes on ("" while the session has not said).
 	Engine Engine `json:"engine,omitempty"`
+	Device Device `json:"device,omitempty"`
 	// Summary is one line for headers, reports and diffs.
 	Summary string `json:"summary"`
 	// Facts are the measured inputs, reused by diff to explain changes.
@@ -154,7 +156,7 @@ func Diagnose(events []trace.Event) Diagnosis {
 	if len(runs) == 0 {
 		d := Diagnosis{Summary: "insufficient evidence: no cold run recorded yet"}
 		for _, r := range rules() {
-			d.Hypotheses = append(d.Hypotheses, Hypothesis{Code: r.code, Title: r.title, Verdict: VerdictInsufficient, Missing: []string{"a cold run"}})
+			d.Hypotheses = append(d.Hypotheses, Hypothesis{Code: r.code, Title: r.titleFor(DeviceUnknown), Verdict: VerdictInsufficient, Missing: []string{"a cold run"}})
 		}
 		return d
 	}
@@ -167,7 +169,7 @@ func Diagnose(events []trace.Event) Diagnosis {
 // separate ranking step gives the verdicts.
 func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	x := gatherFacts(events, run)
-	d := Diagnosis{Run: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), Facts: x.RunFacts, Engine: x.engine.Engine}
+	d := Diagnosis{Run: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), Facts: x.RunFacts, Engine: x.engine.Engine, Device: x.engine.Device}
 	d.ColdPenalty = x.reqs.ColdPenalty
 	if x.reqs.WarmTTFT.N > 0 {
 		d.WarmBand = fmt.Sprintf("%s ms ± %.0f%%", stat.FormatMS(x.reqs.WarmTTFT.Median), 100*x.reqs.WarmTTFT.Spread)
@@ -175,7 +177,7 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 	rs := rules()
 	rows := make([]*Hypothesis, len(rs))
 	for i, r := range rs {
-		h := &Hypothesis{Code: r.code, Title: r.title}
+		h := &Hypothesis{Code: r.code, Title: r.titleFor(x.engine.Device)}
 		r.eval(x, h)
 		h.NextKnob = nextKnob(r.code, x.engine)
 		rows[i] = h

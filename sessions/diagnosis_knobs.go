@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/treni-top/treni-top/trace"
@@ -14,8 +15,10 @@ import (
 type Engine string
 
 // Engines with a row in the knob table. EngineOther is any other server
-// (and a session that does not say), advised with the generic row.
+// (and a session that does not say), advised with the generic row, which
+// names no flags: a flag of one server is not a flag of another.
 const (
+	EngineBuiltin     Engine = "builtin" // the built-in engine before it named its device
 	EngineBuiltinCPU  Engine = "builtin-cpu"
 	EngineBuiltinCUDA Engine = "builtin-cuda"
 	EngineVLLM        Engine = "vllm"
@@ -24,6 +27,21 @@ const (
 	EngineLlamaCpp    Engine = "llama.cpp"
 	EngineOllama      Engine = "ollama"
 	EngineOther       Engine = ""
+)
+
+// Device is what a target computes on, as far as its session says. A live
+// run learns it during its start (the built-in engine names it in its
+// stages; a GPU sampler that reads nothing, or reads GPUs), so until then it
+// is unknown, and nothing GPU-specific is said of a run that may be a CPU
+// run.
+type Device string
+
+// Devices. DeviceUnknown is a run that has not said yet, or a log that
+// never says.
+const (
+	DeviceUnknown Device = ""
+	DeviceCPU     Device = "cpu"
+	DeviceGPU     Device = "gpu"
 )
 
 // Load modes of the built-in engine (its --load flag; docs/ARCHITECTURE.md,
@@ -36,178 +54,376 @@ const (
 	loadStaged = "staged"
 )
 
+// gpuStatusNone starts the gpu_status marker of a machine whose GPU
+// sampler found no NVIDIA GPU (trace.MarkerGPUStatus).
+const gpuStatusNone = "no NVIDIA GPU"
+
 // target is what the knob table needs to know about a run's target.
 type target struct {
 	Engine Engine
-	// Load is the built-in engine's load mode (loadMmap or loadCopy).
+	Device Device
+	// Load is the built-in engine's load mode (loadMmap or loadCopy; ""
+	// while its device, and so its default, is unknown).
 	Load string
-	// GPU says the target computes on a GPU (llama.cpp and Ollama offload
-	// to one when a GPU was sampled).
-	GPU bool
+	// PlainRun: the built-in engine that `treni-top run` started itself,
+	// whose engine flags are given through run's --serve-arg.
+	PlainRun bool
+	// WarmupPasses the built-in engine ran before healthy (its warmup
+	// stage), 0 when none.
+	WarmupPasses int
 }
 
+// gpu reports a target known to compute on a GPU.
+func (t target) gpu() bool { return t.Device == DeviceGPU }
+
 // targetOf reads the run's target from its events: the server kind of the
-// process start (or of a late detection), and for the built-in engine its
-// device and load mode from its own stage attributes.
+// process start (or of a late detection), whether run started the built-in
+// engine itself, and the device: the built-in engine's own stages, the
+// server kinds that run on GPUs, GPU samples, or a GPU sampler that found
+// no GPU.
 func targetOf(events []trace.Event, run Run, f RunFacts) target {
-	kind := ""
+	kind, plain, noGPU := "", false, false
 	for _, e := range events {
+		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerGPUStatus {
+			// Emitted once for the session, whatever the run.
+			st, _ := e.Marker.Attrs.String("status")
+			noGPU = strings.HasPrefix(st, gpuStatusNone)
+			continue
+		}
 		if e.Run != run.Index {
 			continue
 		}
 		switch {
 		case e.Kind == trace.KindProcess && e.Process.Action == trace.ProcessStart && kind == "":
-			kind = e.Process.ServerKind
+			kind, plain = e.Process.ServerKind, e.Process.Builtin
 		case e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerKindDetected:
 			kind, _ = e.Marker.Attrs.String("server_kind")
 		}
 	}
-	t := target{GPU: f.HaveGPU}
+	t := target{}
+	switch {
+	case f.HaveGPU:
+		t.Device = DeviceGPU
+	case noGPU:
+		t.Device = DeviceCPU
+	}
 	switch serverlog.Kind(kind) {
 	case serverlog.KindTreni:
-		return builtinTarget(run)
+		return builtinTarget(run, plain)
 	case serverlog.KindVLLM:
-		t.Engine, t.GPU = EngineVLLM, true
+		t.Engine = EngineVLLM
 	case serverlog.KindSGLang:
-		t.Engine, t.GPU = EngineSGLang, true
+		t.Engine = EngineSGLang
 	case serverlog.KindTGI:
-		t.Engine, t.GPU = EngineTGI, true
+		t.Engine = EngineTGI
 	case serverlog.KindLlamaCpp:
 		t.Engine = EngineLlamaCpp
 	case serverlog.KindOllama:
 		t.Engine = EngineOllama
 	}
+	switch t.Engine {
+	case EngineVLLM, EngineSGLang, EngineTGI:
+		// GPU servers, unless a live run found no NVIDIA GPU (a CPU or
+		// another vendor's build: which, the session does not say).
+		t.Device = DeviceGPU
+		if noGPU && !f.HaveGPU {
+			t.Device = DeviceUnknown
+		}
+	}
 	return t
 }
 
-// builtinTarget tells the built-in engine's device and load mode: CUDA
-// when it reported cuda_init or runtime_init says device cuda; a
-// decoder_tensor_upload done on the host is the CPU backend's --load copy.
-// Without an upload stage the CPU backend computed from the mapping
-// (--load mmap) and the CUDA backend used its default, the staged upload
-// (--load copy).
-func builtinTarget(run Run) target {
-	t := target{Engine: EngineBuiltinCPU}
-	mode := ""
+// builtinTarget reads the built-in engine's device and load mode from its
+// own stages. The device: the backend its kv_alloc names (decided after
+// any fallback of --device auto), else runtime_init's --device when it is
+// cpu or cuda, else CUDA once cuda_init ran, else the CPU when its upload
+// was a host copy; unknown until one of them arrives. The load mode: the
+// decoder_tensor_upload's mode, else the device's default (mmap on the
+// CPU, the staged copy on CUDA).
+func builtinTarget(run Run, plainRun bool) target {
+	t := target{Engine: EngineBuiltin, PlainRun: plainRun}
+	var backend, initDevice, mode string
+	cudaInit, hostUpload := false, false
 	for _, sp := range run.Spans {
 		switch sp.Name {
 		case trace.StageCUDAInit:
-			t.Engine = EngineBuiltinCUDA
+			cudaInit = true
 		case trace.StageRuntimeInit:
-			if dev, _ := sp.Attrs.String("device"); strings.HasPrefix(dev, "cuda") {
-				t.Engine = EngineBuiltinCUDA
+			initDevice, _ = sp.Attrs.String("device")
+		case trace.StageKVAlloc:
+			if b, ok := sp.Attrs.String("backend"); ok {
+				backend = b
 			}
 		case trace.StageDecoderTensorUpload:
 			mode, _ = sp.Attrs.String("mode")
+			dev, _ := sp.Attrs.String("device")
+			hostUpload = hostUpload || dev == "host"
+		case trace.StageWarmup:
+			if n, ok := sp.Attrs.Float("passes"); ok {
+				t.WarmupPasses = int(n)
+			}
 		}
 	}
-	t.GPU = t.Engine == EngineBuiltinCUDA
+	switch {
+	case backend == "cpu":
+		t.Device = DeviceCPU
+	case backend != "":
+		t.Device = DeviceGPU
+	case initDevice == "cpu":
+		t.Device = DeviceCPU
+	case strings.HasPrefix(initDevice, "cuda") || cudaInit:
+		t.Device = DeviceGPU
+	case hostUpload:
+		t.Device = DeviceCPU
+	}
+	switch t.Device {
+	case DeviceCPU:
+		t.Engine = EngineBuiltinCPU
+	case DeviceGPU:
+		t.Engine = EngineBuiltinCUDA
+	}
 	switch {
 	case mode == loadMmap || mode == loadMapped:
 		t.Load = loadMmap
-	case mode == loadCopy || mode == loadStaged || t.GPU:
+	case mode == loadCopy || mode == loadStaged:
 		t.Load = loadCopy
-	default:
+	case t.Device == DeviceCPU:
 		t.Load = loadMmap
+	case t.Device == DeviceGPU:
+		t.Load = loadCopy
 	}
 	return t
 }
 
-// nextKnob is the tuning direction for hypothesis code on target t: the
-// knob table's cell for t's engine, or the generic row where the engine
-// has no cell of its own.
+// nextKnob is the tuning direction for hypothesis code on target t.
 func nextKnob(code string, t target) string {
-	if row, ok := knobTable(t)[t.Engine]; ok {
-		if k, ok := row[code]; ok {
-			return k
+	switch t.Engine {
+	case EngineBuiltin, EngineBuiltinCPU, EngineBuiltinCUDA:
+		return builtinKnob(code, t)
+	case EngineVLLM:
+		return vllmKnob(code, t.Device)
+	case EngineSGLang:
+		return sglangKnob(code, t.Device)
+	case EngineTGI:
+		return tgiKnob(code, t.Device)
+	case EngineLlamaCpp:
+		return llamaCppKnob(code, t.Device)
+	case EngineOllama:
+		return ollamaKnob(code, t.Device)
+	}
+	return genericKnob(code, t.Device)
+}
+
+// The advice texts quote every flag, environment variable and request
+// option in backticks, in a snippet that starts with the command it
+// belongs to (`treni-top run … --load=copy`) or, for an external server,
+// alone (`--enforce-eager`): TestAdviceFlagsExist and the command tree
+// check in cmd/treni-top read them that way.
+
+// prewarm is the page-cache knob every target shares: it needs no flag.
+const prewarm = "pre-warm the page cache before launch (read the weight files once, e.g. cat them to /dev/null), or keep the weights on local NVMe or RAM-backed storage"
+
+// serveFlag is how the user gives the built-in engine one of serve's
+// flags: through run's --serve-arg for a plain run, on serve's command
+// line otherwise (`run -- treni-top serve …`, or serve on its own).
+func (t target) serveFlag(flag string) string {
+	if t.PlainRun {
+		return "`treni-top run … --serve-arg=" + flag + "`"
+	}
+	return "`treni-top serve … " + flag + "`"
+}
+
+// moreServeFlag is one more serve flag after a serveFlag snippet, in the
+// same form.
+func (t target) moreServeFlag(flag string) string {
+	if t.PlainRun {
+		return "`--serve-arg=" + flag + "`"
+	}
+	return "`" + flag + "`"
+}
+
+// loadFlag is the built-in engine's --load, which run has itself.
+func (t target) loadFlag(mode string) string {
+	if t.PlainRun {
+		return "`treni-top run … --load=" + mode + "`"
+	}
+	return "`treni-top serve … --load=" + mode + "`"
+}
+
+// builtinKnob is the built-in engine's row: its own flags, said the way
+// the user gives them for the way it was started.
+func builtinKnob(code string, t target) string {
+	warm := "or keep the process warm"
+	switch code {
+	case "A":
+		return prewarm
+	case "B":
+		switch {
+		case t.Device == DeviceCPU && t.Load == loadMmap:
+			return "take the weights with a parallel read into the engine's own memory instead of faulting the mapping in page by page: " + t.loadFlag(loadCopy) + "; " + warm + " so the weights stay mapped"
+		case t.Device == DeviceCPU:
+			return "the host copy (load mode copy) is the term: " + t.loadFlag(loadMmap) + " computes from the page cache's pages without copying them; " + warm
+		case t.gpu() && t.Load == loadMmap:
+			return "the mapped upload (load mode mmap) is the term: compare the staged upload through pinned buffers, " + t.loadFlag(loadCopy) + ", and keep the process warm so the weights are uploaded once"
+		case t.gpu():
+			return "the staged upload (load mode copy) is the term: compare the upload from the mapped files, " + t.loadFlag(loadMmap) + ", and keep the process warm so the weights are uploaded once"
 		}
+		return "compare the load modes, " + t.loadFlag(loadCopy) + " and " + t.loadFlag(loadMmap) + ", and keep the process warm so the weights are loaded once (the engine has not said its device yet)"
+	case "C":
+		if t.WarmupPasses > 0 {
+			passes := "the warm-up pass before healthy is"
+			if t.WarmupPasses > 1 {
+				passes = fmt.Sprintf("the %d warm-up passes before healthy are", t.WarmupPasses)
+			}
+			return fmt.Sprintf("%s part of the term: fewer end the start sooner (%s), the first request then paying the first pass; %s", passes, t.serveFlag("--warmup-passes=0"), warm)
+		}
+		switch t.Device {
+		case DeviceCPU:
+			return "the first pass touching the weights is the term (the CPU backend has no graphs or compile step): keep the process warm, or pay it before healthy with " + t.serveFlag("--warmup-passes=1") + " (a faster first request, a longer start)"
+		case DeviceGPU:
+			return "driver init, kernel load and the lazily captured decode graphs are paid once per process: keep the process warm, or pay the first pass before healthy with " + t.serveFlag("--warmup-passes=1") + " (a faster first request, a longer start)"
+		}
+		return "keep the process warm, or pay the first pass before healthy with " + t.serveFlag("--warmup-passes=1") + " (a faster first request, a longer start)"
+	case "D":
+		return "size the KV cache smaller: " + t.serveFlag("--kv-gib=G") + ", or " + t.moreServeFlag("--kv-blocks=N") + " or " + t.moreServeFlag("--max-model-len=L")
+	case "E":
+		return "keep a warm process: the built-in engine is a compiled binary with nothing to trim at start, so a long start is the host (exec from slow storage, CPU contention)"
+	case "F":
+		threads := ""
+		if t.Device == DeviceCPU {
+			threads = ", " + t.moreServeFlag("--threads=N")
+		}
+		return "tune batching: " + t.serveFlag("--max-batch=N") + ", " + t.moreServeFlag("--max-batched-tokens=T") + " (the step's token budget, prefill in chunks)" + threads + "; or lower client concurrency"
 	}
-	return knobTable(t)[EngineOther][code]
+	return ""
 }
 
-// knobTable is the next knob per (engine × hypothesis). The generic row
-// is the tuning direction for a GPU server; every other row
-// names the knobs that target really has. An empty cell means no knob.
-func knobTable(t target) map[Engine]map[string]string {
-	generic := map[string]string{
-		"A": "pre-warm the page cache before scale-up (read the weight files once), keep weights on local NVMe or RAM-backed storage, or stream weights while loading",
-		"B": "upload from pinned or cuMemHostRegister'd host memory in large chunks on two streams, overlapped with reads; fewer, larger copies",
-		"C": "capture fewer graph buckets (or lazily), reuse compile caches, or pre-warm with a dummy request before reporting healthy",
-		"D": "size the KV pool smaller (--max-model-len, --gpu-memory-utilization) or allocate it at start-up instead of on the first request",
-		"E": "trim interpreter start and imports (lazy imports), keep a warm process pool, or use a compiled runtime",
-		"F": "tune batching: --max-num-seqs, --max-num-batched-tokens, chunked prefill; or lower client concurrency",
+// genericKnob is the row of any other server: the direction to tune,
+// with no flag of one server named for another.
+func genericKnob(code string, dev Device) string {
+	switch code {
+	case "A":
+		return "pre-warm the page cache before scale-up (read the weight files once), keep weights on local NVMe or RAM-backed storage, or stream weights while loading"
+	case "B":
+		switch dev {
+		case DeviceGPU:
+			return "upload from pinned or cuMemHostRegister'd host memory in large chunks on two streams, overlapped with reads; fewer, larger copies"
+		case DeviceCPU:
+			// Without a GPU "resident memory" is the process's own
+			// mapping of the weights: faulting the pages in, not a copy
+			// to a device.
+			return "pre-fault the mapping in parallel (madvise WILLNEED, MAP_POPULATE), use huge pages, or keep a warm process so the weights stay mapped"
+		}
+		return "keep a warm process so the weights are loaded once; what to tune in the load (a copy to a device, or the host mapping) depends on the device, which the session does not say"
+	case "C":
+		if dev == DeviceGPU {
+			return "capture fewer graph buckets (or lazily), reuse compile caches, or pre-warm with a dummy request before reporting healthy"
+		}
+		return "reuse compile or JIT caches, or pre-warm with a dummy request before reporting healthy"
+	case "D":
+		return "size the KV pool smaller (the server's context length and memory fraction) or allocate it at start-up instead of on the first request"
+	case "E":
+		return "trim interpreter start and imports (lazy imports), keep a warm process pool, or use a compiled runtime"
+	case "F":
+		return "tune batching (the server's limit of running requests, its batched-token budget, chunked prefill); or lower client concurrency"
 	}
-	if !t.GPU {
-		// Without a GPU "resident memory" is the process's own mapping of
-		// the weights: faulting the pages in, not a PCIe copy.
-		generic["B"] = "pre-fault the mapping in parallel (madvise WILLNEED, MAP_POPULATE), use huge pages, or keep a warm process so the weights stay mapped"
-	}
-	prewarm := "pre-warm the page cache before launch (read the weight files once, e.g. cat them to /dev/null), or keep the weights on local NVMe or RAM-backed storage"
-	builtinB := map[string]string{
-		loadMmap: "serve with --load copy (parallel pread into the engine's own memory, like llama.cpp --no-mmap) instead of faulting the mapping in page by page, or keep the process warm so the weights stay mapped",
-		loadCopy: "the host copy (--load copy) is the term: serve with --load mmap to compute from the page cache's pages without copying them",
-	}
-	cudaB := map[string]string{
-		loadCopy: "the staged upload (--load copy) is the term: compare --load mmap (upload from the mapped files), and keep the process warm so the weights are uploaded once",
-		loadMmap: "the mapped upload (--load mmap) is the term: compare --load copy (staged upload through pinned buffers), and keep the process warm so the weights are uploaded once",
-	}
-	return map[Engine]map[string]string{
-		EngineOther: generic,
-		EngineBuiltinCPU: {
-			"A": prewarm,
-			"B": builtinB[t.Load],
-			"C": "skip or shorten the warm-up passes (--warmup-passes); the CPU backend has no graphs or compile step, so the rest is the first pass touching the weights: keep the process warm",
-			"D": "size the KV cache smaller (--kv-blocks, --kv-gib, --max-model-len)",
-			"E": "keep a warm process: the built-in engine is a compiled binary with nothing to trim at start, so a long start is the host (exec from slow storage, CPU contention)",
-			"F": "tune batching: --max-batch, --max-batched-tokens (chunked prefill), --threads; or lower client concurrency",
-		},
-		EngineBuiltinCUDA: {
-			"A": prewarm,
-			"B": cudaB[t.Load],
-			"C": "skip or shorten the warm-up passes (--warmup-passes), or keep the process warm: driver init, kernel load and the lazily captured decode graphs are paid once per process",
-			"D": "size the KV cache smaller (--kv-blocks, --kv-gib, --max-model-len)",
-			"E": "keep a warm process: the built-in engine is a compiled binary with nothing to trim at start, so a long start is the host (exec from slow storage, CPU contention)",
-			"F": "tune batching: --max-batch, --max-batched-tokens (chunked prefill); or lower client concurrency",
-		},
-		EngineVLLM: {
-			"A": "pre-warm the page cache before scale-up (read the weight files once), keep weights on local NVMe or RAM-backed storage, or stream them while loading (--load-format runai_streamer)",
-			"C": "capture fewer CUDA graph sizes (compilation_config cudagraph_capture_sizes) or none (--enforce-eager), and keep the torch.compile cache (~/.cache/vllm) on persistent storage",
-		},
-		EngineSGLang: {
-			"C": "capture graphs for fewer batch sizes (--cuda-graph-max-bs) or none (--disable-cuda-graph), and keep compile caches on persistent storage",
-			"D": "size the KV pool smaller (--mem-fraction-static, --context-length) or allocate it at start-up instead of on the first request",
-			"F": "tune batching: --max-running-requests, --chunked-prefill-size, --schedule-policy; or lower client concurrency",
-		},
-		EngineTGI: {
-			"C": "capture fewer CUDA graph sizes (--cuda-graphs 1,2,4 or 0 for none) and warm up with a smaller --max-batch-prefill-tokens",
-			"D": "size the KV budget smaller (--max-batch-total-tokens, --max-total-tokens)",
-			"F": "tune batching: --max-concurrent-requests, --max-batch-total-tokens, --waiting-served-ratio; or lower client concurrency",
-		},
-		EngineLlamaCpp: {
-			"A": prewarm + "; llama-server reads through mmap unless --no-mmap",
-			"B": llamaCppB(t.GPU),
-			"C": "skip llama-server's empty warm-up run (--no-warmup), or keep the server running",
-			"D": "a smaller context (-c / --ctx-size) or a quantized KV cache (--cache-type-k q8_0 --cache-type-v q8_0)",
-			"E": "keep the server running: llama-server is compiled, so a long start is loading its backends and the host",
-			"F": "more slots (--parallel) with a context large enough for them (-c), continuous batching (--cont-batching); or lower client concurrency",
-		},
-		EngineOllama: {
-			"A": prewarm + "; keep the model loaded (OLLAMA_KEEP_ALIVE=-1, or keep_alive in requests) so later requests skip the load",
-			"B": "keep the model loaded (OLLAMA_KEEP_ALIVE=-1) so the weights move once; fewer GPU layers (num_gpu) move fewer bytes",
-			"C": "keep the model loaded (OLLAMA_KEEP_ALIVE=-1) so the runner's warm-up happens once",
-			"D": "a smaller context (num_ctx, OLLAMA_CONTEXT_LENGTH) or a quantized KV cache (OLLAMA_KV_CACHE_TYPE=q8_0 with OLLAMA_FLASH_ATTENTION=1)",
-			"E": "keep the server running and the model loaded (OLLAMA_KEEP_ALIVE): the runner process starts at every model load",
-			"F": "more parallel requests per model (OLLAMA_NUM_PARALLEL) or a longer queue (OLLAMA_MAX_QUEUE); or lower client concurrency",
-		},
-	}
+	return ""
 }
 
-// llamaCppB is llama.cpp's loading knob: with GPU offload the offloaded
-// tensors are copied to device memory at every start; on CPU the weights
-// are used from the mapping.
-func llamaCppB(gpu bool) string {
-	if gpu {
-		return "offload fewer layers (-ngl) to move fewer bytes, or keep the server running so the upload happens once"
+// vllmKnob is vLLM's row (sessions/testdata/serverflags/vllm.txt). vLLM,
+// SGLang and TGI run on a GPU unless the session says no NVIDIA GPU was
+// found (a CPU or another vendor's build): then their graph knobs are not
+// advised.
+func vllmKnob(code string, dev Device) string {
+	switch {
+	case code == "A":
+		return "pre-warm the page cache before scale-up (read the weight files once), keep weights on local NVMe or RAM-backed storage, or stream them while loading (`--load-format runai_streamer`)"
+	case code == "C" && dev == DeviceGPU:
+		return "capture fewer CUDA graph sizes (`--compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8]}'`) or none (`--enforce-eager`), and keep the torch.compile cache (~/.cache/vllm) on persistent storage"
+	case code == "C":
+		return "keep the torch.compile cache (~/.cache/vllm) on persistent storage, or pre-warm with a dummy request before reporting healthy"
+	case code == "D":
+		return "size the KV pool smaller (`--max-model-len`, `--gpu-memory-utilization`)"
+	case code == "F":
+		return "tune batching: `--max-num-seqs`, `--max-num-batched-tokens`, `--enable-chunked-prefill`; or lower client concurrency"
 	}
-	return "keep mmap on (drop --no-mmap) so the weights are used from the page cache, --mlock to keep them resident, or keep the server running"
+	return genericKnob(code, dev)
+}
+
+// sglangKnob is SGLang's row (sessions/testdata/serverflags/sglang.txt).
+func sglangKnob(code string, dev Device) string {
+	switch {
+	case code == "C" && dev == DeviceGPU:
+		return "capture graphs for fewer batch sizes (`--cuda-graph-max-bs`) or none (`--disable-cuda-graph`), and keep compile caches on persistent storage"
+	case code == "D":
+		return "size the KV pool smaller (`--mem-fraction-static`, `--context-length`)"
+	case code == "F":
+		return "tune batching: `--max-running-requests`, `--chunked-prefill-size`, `--schedule-policy`; or lower client concurrency"
+	}
+	return genericKnob(code, dev)
+}
+
+// tgiKnob is TGI's row (sessions/testdata/serverflags/tgi.txt).
+func tgiKnob(code string, dev Device) string {
+	switch {
+	case code == "C" && dev == DeviceGPU:
+		return "capture fewer CUDA graph sizes (`--cuda-graphs 1,2,4`, or `--cuda-graphs 0` for none) and warm up with a smaller `--max-batch-prefill-tokens`"
+	case code == "C":
+		return "warm up with a smaller `--max-batch-prefill-tokens`, or keep the server running"
+	case code == "D":
+		return "size the KV budget smaller (`--max-batch-total-tokens`, `--max-total-tokens`)"
+	case code == "F":
+		return "tune batching: `--max-concurrent-requests`, `--max-batch-total-tokens`, `--waiting-served-ratio`; or lower client concurrency"
+	}
+	return genericKnob(code, dev)
+}
+
+// llamaCppKnob is llama-server's row (sessions/testdata/serverflags/llama.cpp.txt).
+func llamaCppKnob(code string, dev Device) string {
+	switch code {
+	case "A":
+		return prewarm + "; llama-server reads through mmap unless `--no-mmap`"
+	case "B":
+		switch dev {
+		case DeviceGPU:
+			// The offloaded tensors are copied to device memory at every
+			// start.
+			return "offload fewer layers (`-ngl N`) to move fewer bytes, or keep the server running so the upload happens once"
+		case DeviceCPU:
+			return "keep mmap on (drop `--no-mmap`) so the weights are used from the page cache, `--mlock` to keep them resident, or keep the server running"
+		}
+		return "keep the server running so the weights load once (whether it offloads layers to a GPU is not in the session)"
+	case "C":
+		return "skip llama-server's empty warm-up run (`--no-warmup`), or keep the server running"
+	case "D":
+		return "a smaller context (`-c N`) or a quantized KV cache (`--cache-type-k q8_0 --cache-type-v q8_0`)"
+	case "E":
+		return "keep the server running: llama-server is compiled, so a long start is loading its backends and the host"
+	case "F":
+		return "more slots (`--parallel N`) with a context large enough for them (`-c N`), continuous batching (`--cont-batching`); or lower client concurrency"
+	}
+	return ""
+}
+
+// ollamaKnob is Ollama's row: its environment variables and request
+// options (sessions/testdata/serverflags/ollama.txt).
+func ollamaKnob(code string, dev Device) string {
+	switch code {
+	case "A":
+		return prewarm + "; keep the model loaded (`OLLAMA_KEEP_ALIVE=-1`, or `keep_alive` in requests) so later requests skip the load"
+	case "B":
+		if dev == DeviceGPU {
+			return "keep the model loaded (`OLLAMA_KEEP_ALIVE=-1`) so the weights move once; fewer GPU layers (the `num_gpu` option) move fewer bytes"
+		}
+		return "keep the model loaded (`OLLAMA_KEEP_ALIVE=-1`) so the weights are loaded once"
+	case "C":
+		return "keep the model loaded (`OLLAMA_KEEP_ALIVE=-1`) so the runner's warm-up happens once"
+	case "D":
+		return "a smaller context (the `num_ctx` option, `OLLAMA_CONTEXT_LENGTH`) or a quantized KV cache (`OLLAMA_KV_CACHE_TYPE=q8_0` with `OLLAMA_FLASH_ATTENTION=1`)"
+	case "E":
+		return "keep the server running and the model loaded (`OLLAMA_KEEP_ALIVE`): the runner process starts at every model load"
+	case "F":
+		return "more parallel requests per model (`OLLAMA_NUM_PARALLEL`) or a longer queue (`OLLAMA_MAX_QUEUE`); or lower client concurrency"
+	}
+	return ""
 }

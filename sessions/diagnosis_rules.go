@@ -11,10 +11,13 @@ import (
 
 // rule is one row of the decision table: a hypothesis about where the cold
 // start (or, for F, the warm TTFT) goes, and how the facts decide it.
-// Adding a hypothesis is adding a rule here, a knob row in knobTable, and a
-// row in the tests.
+// Adding a hypothesis is adding a rule here, a knob in each row of
+// nextKnob, and a row in the tests.
 type rule struct {
 	code, title string
+	// titles replace title on the devices where the hypothesis means
+	// something else (B is an upload to HBM only on a GPU).
+	titles map[Device]string
 	// cold rules (A–E) explain a share of the cold window; ranking weighs
 	// them against each other and gives their verdicts. A rule that is
 	// not cold (F) sets its own score and verdict.
@@ -27,13 +30,28 @@ type rule struct {
 // rules lists the table's rows in their fixed order.
 func rules() []rule {
 	return []rule{
-		{"A", "page cache fill dominated", true, ruleA},
-		{"B", "HBM transfer / allocation dominated", true, ruleB},
-		{"C", "runtime warm-up dominated", true, ruleC},
-		{"D", "first-time KV / buffer allocation dominated", true, ruleD},
-		{"E", "process / runtime init dominated", true, ruleE},
-		{"F", "queueing / scheduling dominated (warm)", false, ruleF},
+		{"A", "page cache fill dominated", nil, true, ruleA},
+		{"B", "HBM transfer / allocation dominated", map[Device]string{
+			// On the CPU the weights only move into the process's own
+			// memory: its mapping faulted in, or a host copy.
+			DeviceCPU: "host memory load (mapping / copy) dominated",
+			// Until the run says its device, nothing GPU-specific is
+			// claimed: it may be a CPU run.
+			DeviceUnknown: "weight load into memory dominated (device not known)",
+		}, true, ruleB},
+		{"C", "runtime warm-up dominated", nil, true, ruleC},
+		{"D", "first-time KV / buffer allocation dominated", nil, true, ruleD},
+		{"E", "process / runtime init dominated", nil, true, ruleE},
+		{"F", "queueing / scheduling dominated (warm)", nil, false, ruleF},
 	}
+}
+
+// titleFor is the rule's title on a target computing on dev.
+func (r rule) titleFor(dev Device) string {
+	if t, ok := r.titles[dev]; ok {
+		return t
+	}
+	return r.title
 }
 
 // facts are the inputs every rule reads: the run, the probe readings and
@@ -129,7 +147,7 @@ func gatherFacts(events []trace.Event, run Run) *facts {
 	if x.engine.Engine == EngineOther && x.uploadTerm > 0 {
 		// A server that reports an upload stage moves the weights to a
 		// device even when no GPU was sampled.
-		x.engine.GPU = true
+		x.engine.Device = DeviceGPU
 	}
 	// A download inside the load (a server fetching weights from a hub) is
 	// the strongest evidence that the bytes were not in RAM: they were not
@@ -194,7 +212,7 @@ func ruleA(x *facts, h *Hypothesis) {
 	if x.coldCache {
 		h.TermMS = stat.MS(x.loadTerm + x.uploadTerm)
 	}
-	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler, or run with --evict-page-cache)")...)
+	h.Missing = append(h.Missing, loadingMissing(x, missingResidencyA)...)
 }
 
 // loadSplit is what a run's loading spans say about reading the weights:
@@ -235,21 +253,37 @@ func ruleB(x *facts, h *Hypothesis) {
 	if x.uploadTerm > 0 {
 		h.Evidence = append(h.Evidence, Evidence{"upload/load stage", stat.FormatDuration(x.uploadTerm)})
 	}
-	if x.HaveGPU {
+	if x.HaveGPU && x.engine.gpu() {
 		h.Evidence = append(h.Evidence, Evidence{"GPU memory rise", gb(x.GPUMemRise)}, Evidence{"PCIe RX peak", fmt.Sprintf("%.1f GB/s", x.PCIeRXMax/1e9)})
 	}
 	if x.warmCache && !x.coldCache {
 		h.TermMS = stat.MS(x.loadTerm + x.uploadTerm)
 	}
-	h.Missing = append(h.Missing, loadingMissing(x, "page-cache residency of the weight files (page-cache sampler)")...)
+	h.Missing = append(h.Missing, loadingMissing(x, missingResidencyB)...)
 	switch {
+	case x.engine.Device != DeviceCPU:
+		// A GPU says so in its own evidence; an unknown device says
+		// nothing rather than guess.
 	case x.engine.Engine == EngineBuiltinCPU && x.engine.Load == loadCopy:
-		h.Evidence = append(h.Evidence, Evidence{"device", "CPU, --load copy: loading is a host copy into the engine's memory, not an upload"})
-	case !x.HaveGPU && x.uploadTerm == 0:
+		h.Evidence = append(h.Evidence, Evidence{"device", "CPU, load mode copy: loading is a host copy into the engine's memory, not an upload"})
+	case x.uploadTerm == 0 && x.loadTerm > 0:
 		// On the CPU backend "resident memory" is the process's own
 		// mapping of the weights: faulting the pages in, not a PCIe copy.
 		h.Evidence = append(h.Evidence, Evidence{"device", "CPU: loading is mapping the cached weights into the process"})
 	}
+}
+
+// The probes A and B ask for, named as the command that takes them.
+const (
+	missingResidencyA = "page-cache residency of the weight files (the page-cache sampler of `treni-top run`, or `treni-top run … --evict-page-cache`)"
+	missingResidencyB = "page-cache residency of the weight files (the page-cache sampler of `treni-top run`)"
+	missingBetween    = "a page cache neither cold nor warm (%.0f%% resident before launch; cold is < %.0f%%, warm ≥ %.0f%%): evict (`treni-top run … --evict-page-cache`) or pre-read the weights to decide"
+)
+
+// probeAdvice lists the missing-probe texts that name commands, for
+// AllAdvice.
+func probeAdvice() []string {
+	return []string{missingResidencyA, missingResidencyB, fmt.Sprintf(missingBetween, 70.0, 100*ColdResidency, 100*WarmResidency)}
 }
 
 // loadingMissing says what keeps A and B undecided when the cache was
@@ -261,8 +295,7 @@ func loadingMissing(x *facts, probe string) []string {
 	if x.residencyKnown {
 		// Partly resident: neither storage nor memory traffic can be
 		// said to dominate loading without timing them apart.
-		return []string{fmt.Sprintf("a page cache neither cold nor warm (%.0f%% resident before launch; cold is < %.0f%%, warm ≥ %.0f%%): evict (--evict-page-cache) or pre-read the weights to decide",
-			100*x.ResidentBefore, 100*ColdResidency, 100*WarmResidency)}
+		return []string{fmt.Sprintf(missingBetween, 100*x.ResidentBefore, 100*ColdResidency, 100*WarmResidency)}
 	}
 	return []string{probe}
 }
