@@ -100,6 +100,14 @@ type Diagnosis struct {
 	Device Device `json:"device,omitempty"`
 	// Summary is one line for headers, reports and diffs.
 	Summary string `json:"summary"`
+	// Failed is set for a run that failed before it became healthy: its
+	// cold window is partial, so no hypothesis is ranked, and what is
+	// known of the failure is kept instead: the run's error, the target's
+	// exit code or signal when it exited on its own, and its last output.
+	Failed   string   `json:"failed,omitempty"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	Signal   string   `json:"signal,omitempty"`
+	LogTail  []string `json:"log_tail,omitempty"`
 	// Facts are the measured inputs, reused by diff to explain changes.
 	Facts RunFacts `json:"facts"`
 }
@@ -182,9 +190,77 @@ func DiagnoseRun(events []trace.Event, run Run) Diagnosis {
 		h.NextKnob = nextKnob(r.code, x.engine)
 		rows[i] = h
 	}
+	if failedBeforeHealthy(run) {
+		diagnoseFailure(&d, rows, events, run)
+		return d
+	}
 	rank(&d, rs, rows, x)
 	d.Summary = summarize(d, run)
 	return d
+}
+
+// failedBeforeHealthy reports a run that ended before its target became
+// healthy: it failed (run_failed), or its target exited on its own and
+// the failure is about to be reported.
+func failedBeforeHealthy(run Run) bool {
+	return run.Healthy == 0 && (run.Failed != "" || run.Crashed)
+}
+
+// failureTailLines is how many of the target's last output lines the
+// diagnosis of a failed run quotes.
+const failureTailLines = 5
+
+// diagnoseFailure is the diagnosis of a run that failed before it was
+// healthy. Its cold window stops where the failure did, so shares of it
+// would rank a cause of a start that never finished (a shell that exits
+// at once would be "E dominant"): every row stays undecided with the
+// failure as what is missing and no knob, and the summary says what is
+// known instead: the error, the exit code or signal, the last output.
+func diagnoseFailure(d *Diagnosis, rows []*Hypothesis, events []trace.Event, run Run) {
+	d.Failed = run.Failed
+	if d.Failed == "" {
+		d.Failed = "the target exited before it became healthy"
+	}
+	if run.Crashed && run.Exit != nil {
+		if run.Exit.Signal != "" {
+			d.Signal = run.Exit.Signal
+		} else {
+			code := run.Exit.ExitCode
+			d.ExitCode = &code
+		}
+	}
+	d.LogTail = logTail(events, run.Index, failureTailLines)
+	missing := "a start that reached healthy (this run failed before it; fix the failure and run again)"
+	for _, h := range rows {
+		h.Verdict, h.Score, h.NextKnob = VerdictInsufficient, 0, ""
+		h.Missing = []string{missing}
+		d.Hypotheses = append(d.Hypotheses, *h)
+	}
+	parts := []string{fmt.Sprintf("run %d failed before it became healthy: %s", run.Index, d.Failed)}
+	switch {
+	case d.ExitCode != nil:
+		parts = append(parts, fmt.Sprintf("exit code %d", *d.ExitCode))
+	case d.Signal != "":
+		parts = append(parts, "killed by "+d.Signal)
+	}
+	if len(d.LogTail) > 0 {
+		parts = append(parts, "last output: "+strings.Join(d.LogTail, " | "))
+	}
+	parts = append(parts, fmt.Sprintf("no cause is ranked on its partial cold window (%s)", stat.FormatDuration(run.ColdTotal())))
+	d.Summary = strings.Join(parts, "; ")
+}
+
+// logTail is the target's last n non-blank output lines in run.
+func logTail(events []trace.Event, run, n int) []string {
+	var out []string
+	for _, e := range events {
+		if e.Run == run && e.Kind == trace.KindLog && e.Log != nil {
+			if l := strings.TrimSpace(e.Log.Text); l != "" {
+				out = append(out, l)
+			}
+		}
+	}
+	return out[max(len(out)-n, 0):]
 }
 
 // rank turns the cold rules' terms into shares of the cold total and

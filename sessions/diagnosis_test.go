@@ -255,3 +255,62 @@ func TestServerViewInF(t *testing.T) {
 		t.Errorf("F evidence %v", got)
 	}
 }
+
+// TestDiagnoseFailedBeforeHealthy: a target that exits before it is
+// healthy (issue 41: `sh -c 'exit 3'` was "E dominant") gets no ranked
+// cause, from the moment it exits (before run_failed arrives) on; the
+// diagnosis keeps the error, the exit code and the last output. A run
+// that became healthy and failed later is still diagnosed.
+func TestDiagnoseFailedBeforeHealthy(t *testing.T) {
+	ev := []trace.Event{
+		{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart}},
+		{At: d(1), Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, PID: 7, ServerKind: "unknown"}},
+		{At: d(5), Kind: trace.KindStage, Stage: &trace.Span{Name: trace.StageProcessStart, Start: d(1), End: d(5), Source: "launcher"}},
+	}
+	for i, l := range []string{"one", "two", "three", "four", "five", "", "boom: no model"} {
+		ev = append(ev, trace.Event{At: d(5 + float64(i)), Kind: trace.KindLog, Log: &trace.Log{Stream: "stderr", PID: 7, Text: l}})
+	}
+	before := len(ev)
+	ev = append(ev, trace.Event{At: d(20), Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessExit, PID: 7, ExitCode: 3}})
+	crashed := len(ev)
+	ev = append(ev, trace.Event{At: d(30), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunFailed,
+		Attrs: trace.Attrs{"error": "target exited before it became healthy (exit status 3)"}}})
+
+	if dg := Diagnose(ev[:before]); dg.Dominant != "E" || dg.Failed != "" {
+		t.Fatalf("while starting: dominant %q failed %q; the start so far is E's", dg.Dominant, dg.Failed)
+	}
+	for _, c := range []struct {
+		name   string
+		events []trace.Event
+		failed string
+	}{
+		{"exited, not yet reported", ev[:crashed], "the target exited before it became healthy"},
+		{"run_failed", ev, "target exited before it became healthy (exit status 3)"},
+	} {
+		dg := Diagnose(c.events)
+		if dg.Dominant != "" || dg.Failed != c.failed || dg.ExitCode == nil || *dg.ExitCode != 3 {
+			t.Errorf("%s: dominant %q failed %q exit %v", c.name, dg.Dominant, dg.Failed, dg.ExitCode)
+		}
+		if want := []string{"two", "three", "four", "five", "boom: no model"}; !slices.Equal(dg.LogTail, want) {
+			t.Errorf("%s: log tail %q, want %q", c.name, dg.LogTail, want)
+		}
+		for _, h := range dg.Hypotheses {
+			if h.Verdict != VerdictInsufficient || h.Score != 0 || h.NextKnob != "" || len(h.Missing) != 1 {
+				t.Errorf("%s: %s %s score %.2f next %q missing %q", c.name, h.Code, h.Verdict, h.Score, h.NextKnob, h.Missing)
+			}
+		}
+		for _, want := range []string{"failed before it became healthy", "exit code 3", "last output: two | three | four | five | boom: no model", "no cause is ranked"} {
+			if !strings.Contains(dg.Summary, want) {
+				t.Errorf("%s: summary %q lacks %q", c.name, dg.Summary, want)
+			}
+		}
+	}
+
+	// Healthy, then a failed request: the start itself completed.
+	healthy := append(append([]trace.Event{}, ev[:before]...),
+		trace.Event{At: d(6), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerHealthy}},
+		trace.Event{At: d(40), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunFailed, Attrs: trace.Attrs{"error": "cold request failed"}}})
+	if dg := Diagnose(healthy); dg.Failed != "" || dg.Dominant == "" {
+		t.Errorf("failed after healthy: dominant %q failed %q; the start up to healthy is complete", dg.Dominant, dg.Failed)
+	}
+}
