@@ -386,12 +386,29 @@ func summarize(d Diagnosis, run Run) string {
 		parts = append(parts, fmt.Sprintf("%s: %s (%s of %s cold)", h.Code, h.Title, fmt.Sprintf("%.0f%%", 100*h.Score), stat.FormatDuration(run.ColdTotal())))
 	} else {
 		parts = append(parts, "no single dominant cold term")
-		var missing []string
-		for _, h := range d.Hypotheses {
-			missing = append(missing, h.Missing...)
+		// Only the cold rows decide the cold start: F's want of a bench
+		// is not why no cold term is dominant.
+		cold := map[string]bool{}
+		for _, r := range rules() {
+			cold[r.code] = r.cold
 		}
-		if len(missing) > 0 {
+		var missing []string
+		var largest *Hypothesis
+		for i, h := range d.Hypotheses {
+			if !cold[h.Code] {
+				continue
+			}
+			missing = append(missing, h.Missing...)
+			if largest == nil || h.Score > largest.Score {
+				largest = &d.Hypotheses[i]
+			}
+		}
+		switch {
+		case len(missing) > 0:
 			parts[0] = "insufficient evidence: missing " + strings.Join(dedupe(missing), "; ")
+		case largest != nil && largest.Score > 0 && largest.Score < DominantShare:
+			parts[0] = fmt.Sprintf("no single dominant cold term: none reaches %.0f%% of the cold start (the largest, %s %s, is %.0f%%)",
+				100*DominantShare, largest.Code, strings.TrimSuffix(largest.Title, " dominated"), 100*largest.Score)
 		}
 	}
 	if d.ColdPenalty > 0 {

@@ -314,3 +314,18 @@ func TestDiagnoseFailedBeforeHealthy(t *testing.T) {
 		t.Errorf("failed after healthy: dominant %q failed %q; the start up to healthy is complete", dg.Dominant, dg.Failed)
 	}
 }
+
+// TestSummaryWhenNoTermDominates: when no cold term reaches DominantShare
+// the summary says so and names the largest, rather than blaming the
+// missing bench, which only F (warm queueing) needs.
+func TestSummaryWhenNoTermDominates(t *testing.T) {
+	sc := scenario{stages: base(stageDur{trace.StagePageCache, 10}, stageDur{trace.StageWarmup, 10}, stageDur{trace.StageKVAlloc, 10}),
+		residency: 1, weights: 4e8, coldTTFT: 20, warmTTFT: 15}
+	d := Diagnose(sc.events())
+	if d.Dominant != "" {
+		t.Fatalf("dominant %q:\n%s", d.Dominant, dump(d))
+	}
+	if !strings.Contains(d.Summary, "none reaches 25% of the cold start (the largest, C runtime warm-up, is") || strings.Contains(d.Summary, "bench") {
+		t.Errorf("summary %q\n%s", d.Summary, dump(d))
+	}
+}
