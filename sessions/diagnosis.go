@@ -236,7 +236,13 @@ func diagnoseFailure(d *Diagnosis, rows []*Hypothesis, events []trace.Event, run
 		h.Missing = []string{missing}
 		d.Hypotheses = append(d.Hypotheses, *h)
 	}
-	parts := []string{fmt.Sprintf("run %d failed before it became healthy: %s", run.Index, d.Failed)}
+	when := "before it became healthy"
+	if run.Wake != nil {
+		// A wake has no health to reach: its window ends at the first
+		// token after it.
+		when = "before its first token after the " + run.Wake.String()
+	}
+	parts := []string{fmt.Sprintf("run %d failed %s: %s", run.Index, when, d.Failed)}
 	switch {
 	case d.ExitCode != nil:
 		parts = append(parts, fmt.Sprintf("exit code %d", *d.ExitCode))

@@ -80,9 +80,11 @@ func (t target) gpu() bool { return t.Device == DeviceGPU }
 // process start (or of a late detection), whether run started the built-in
 // engine itself, and the device: the built-in engine's own stages, the
 // server kinds that run on GPUs, GPU samples, or a GPU sampler that found
-// no GPU.
+// no GPU. A wake of a sleeping target is a run without a process start of
+// its own: the process is the one an earlier run started.
 func targetOf(events []trace.Event, run Run, f RunFacts) target {
 	kind, plain, noGPU := "", false, false
+	from := -1 // the run whose process start was read
 	for _, e := range events {
 		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerGPUStatus {
 			// Emitted once for the session, whatever the run.
@@ -90,14 +92,15 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 			noGPU = strings.HasPrefix(st, gpuStatusNone)
 			continue
 		}
-		if e.Run != run.Index {
+		if e.Run > run.Index || e.Run < from {
 			continue
 		}
 		switch {
-		case e.Kind == trace.KindProcess && e.Process.Action == trace.ProcessStart && kind == "":
-			kind, plain = e.Process.ServerKind, e.Process.Builtin
-		case e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerKindDetected:
+		case e.Kind == trace.KindProcess && e.Process.Action == trace.ProcessStart && (e.Run > from || kind == ""):
+			kind, plain, from = e.Process.ServerKind, e.Process.Builtin, e.Run
+		case e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerKindDetected && e.Run >= from:
 			kind, _ = e.Marker.Attrs.String("server_kind")
+			from = e.Run
 		}
 	}
 	t := target{}
@@ -109,7 +112,23 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 	}
 	switch serverlog.Kind(kind) {
 	case serverlog.KindTreni:
-		return builtinTarget(run, plain)
+		t := builtinTarget(run.Spans, plain)
+		if t.Device == DeviceUnknown && from >= 0 && from < run.Index {
+			// A wake: the engine named its device in the run that
+			// started it.
+			var spans []trace.Span
+			for _, e := range events {
+				if e.Run == from && e.Kind == trace.KindStage {
+					spans = append(spans, *e.Stage)
+				}
+			}
+			started := builtinTarget(spans, plain)
+			t.Device, t.Engine = started.Device, started.Engine
+			if t.Load == "" {
+				t.Load = started.Load
+			}
+		}
+		return t
 	case serverlog.KindVLLM:
 		t.Engine = EngineVLLM
 	case serverlog.KindSGLang:
@@ -140,11 +159,11 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 // was a host copy; unknown until one of them arrives. The load mode: the
 // decoder_tensor_upload's mode, else the device's default (mmap on the
 // CPU, the staged copy on CUDA).
-func builtinTarget(run Run, plainRun bool) target {
+func builtinTarget(spans []trace.Span, plainRun bool) target {
 	t := target{Engine: EngineBuiltin, PlainRun: plainRun}
 	var backend, initDevice, mode string
 	cudaInit, hostUpload := false, false
-	for _, sp := range run.Spans {
+	for _, sp := range spans {
 		switch sp.Name {
 		case trace.StageCUDAInit:
 			cudaInit = true

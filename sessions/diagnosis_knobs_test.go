@@ -328,3 +328,21 @@ func TestDiagnoseChoosesKnobForTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeKeepsTheTarget: a wake of a sleeping target is a run without a
+// process start of its own; its knobs are still the built-in engine's, on
+// the device the engine named when the run that started it began, in
+// run's form.
+func TestWakeKeepsTheTarget(t *testing.T) {
+	s := wakeSession(400, 150)
+	s.Events = append(s.Events,
+		trace.Event{Run: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, PID: 9, ServerKind: "treni", Builtin: true}},
+		trace.Event{Run: 0, At: d(390), Kind: trace.KindStage, Stage: &trace.Span{Name: trace.StageKVAlloc, Start: d(389), End: d(390), Attrs: trace.Attrs{"backend": "cpu"}}},
+		trace.Event{Run: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerGPUStatus, Attrs: trace.Attrs{"status": "no NVIDIA GPU: libnvidia-ml.so.1 not found"}}})
+	trace.SortEvents(s.Events)
+	dg := Diagnose(s.Events)
+	c, _ := dg.Hypothesis("C")
+	if dg.Run != 1 || dg.Engine != EngineBuiltinCPU || dg.Device != DeviceCPU || !strings.Contains(c.NextKnob, "`treni-top run … --serve-arg=") {
+		t.Errorf("wake: run %d engine %q device %q, C next %q", dg.Run, dg.Engine, dg.Device, c.NextKnob)
+	}
+}

@@ -329,3 +329,21 @@ func TestSummaryWhenNoTermDominates(t *testing.T) {
 		t.Errorf("summary %q\n%s", d.Summary, dump(d))
 	}
 }
+
+// TestDiagnoseFailedWake: a wake that fails is not ranked either, and is
+// said as a wake (it has no health to reach).
+func TestDiagnoseFailedWake(t *testing.T) {
+	s := wakeSession(400, 150)
+	var evs []trace.Event
+	for _, e := range s.Events {
+		if e.Run == 1 && e.Kind == trace.KindRequest {
+			continue // the wake's cold request never came back
+		}
+		evs = append(evs, e)
+	}
+	evs = append(evs, trace.Event{Run: 1, At: d(1500), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunFailed, Attrs: trace.Attrs{"error": "the wake's cold request failed"}}})
+	dg := Diagnose(evs)
+	if dg.Run != 1 || dg.Dominant != "" || !strings.Contains(dg.Summary, "run 1 failed before its first token after the wake 1/3 (level 1): the wake's cold request failed") {
+		t.Errorf("run %d dominant %q summary %q", dg.Run, dg.Dominant, dg.Summary)
+	}
+}
