@@ -99,6 +99,12 @@ func weightsFor(a string) []string {
 // dirWeights lists checkpoint files in dir and its immediate
 // subdirectories (some repositories keep shards in a subfolder), sorted.
 func dirWeights(dir string) []string {
+	// WalkDir does not descend into a root that is a symlink (a model
+	// directory linked from elsewhere, or a Hugging Face snapshot linked
+	// by hand): walk what it points to.
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
 	var out []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -252,6 +252,12 @@ func TestFindWeightFiles(t *testing.T) {
 	touch(t, filepath.Join(model, "a", "b", "deep.bin"), "too deep")
 	gguf := filepath.Join(root, "m.gguf")
 	touch(t, gguf, "GGUF")
+	// A model directory reached through a symlink (WalkDir alone does not
+	// descend into a symlinked root).
+	linked := filepath.Join(root, "linked-qwen")
+	if err := os.Symlink(model, linked); err != nil {
+		t.Fatal(err)
+	}
 
 	// Hugging Face hub cache: snapshot files are symlinks to blobs.
 	hub := filepath.Join(root, "hub")
@@ -277,6 +283,11 @@ func TestFindWeightFiles(t *testing.T) {
 		want []string
 	}{
 		{[]string{"vllm", "serve", model, "--port", "8000"}, []string{
+			filepath.Join(model, "model-00001-of-00002.safetensors"),
+			filepath.Join(model, "model-00002-of-00002.safetensors"),
+			filepath.Join(model, "original", "consolidated.pth"),
+		}},
+		{[]string{"treni-top", "serve", "--model", linked}, []string{
 			filepath.Join(model, "model-00001-of-00002.safetensors"),
 			filepath.Join(model, "model-00002-of-00002.safetensors"),
 			filepath.Join(model, "original", "consolidated.pth"),
