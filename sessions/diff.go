@@ -353,5 +353,5 @@ func triple(s Stats) string {
 	if s.N == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%s/%s/%s", stat.FormatMS(s.Min), stat.FormatMS(s.Median), stat.FormatMS(s.Max))
+	return fmt.Sprintf("%s/%s/%s", stat.FormatMeasuredMS(s.Min), stat.FormatMeasuredMS(s.Median), stat.FormatMeasuredMS(s.Max))
 }

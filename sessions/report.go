@@ -261,7 +261,7 @@ func writeRequestsMarkdown(b *strings.Builder, q RequestSummary) {
 			if m.s.N == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f%% |\n", m.name, stat.FormatMS(m.s.Min), stat.FormatMS(m.s.Median), stat.FormatMS(m.s.Max), 100*m.s.Spread)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %.1f%% |\n", m.name, stat.FormatMeasuredMS(m.s.Min), stat.FormatMeasuredMS(m.s.Median), stat.FormatMeasuredMS(m.s.Max), 100*m.s.Spread)
 		}
 	}
 	if q.ColdPenalty > 0 {

@@ -548,3 +548,29 @@ func TestRecordedBenchFlagsColdRequests(t *testing.T) {
 		t.Errorf("a warm run flagged %v", br[0].ColdRequests)
 	}
 }
+
+// TestReportMeasuredZeroITL: two tokens that arrived in one read have an
+// inter-token gap of 0 ms; the warm summary prints that reading as 0, not
+// as "—" (not observed) beside a median and a spread computed with it.
+func TestReportMeasuredZeroITL(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	for _, e := range evs {
+		if e.Kind == trace.KindRequest && e.Request.Label == "warm_2" {
+			e.Request.Tokens[2] = e.Request.Tokens[1] // same read: ITL 0
+		}
+	}
+	s, err := Open(writeSession(t, t.TempDir(), "s.jsonl", evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := BuildReport(s).Markdown()
+	var row string
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "| ITL ms |") {
+			row = l
+		}
+	}
+	if !strings.HasPrefix(row, "| ITL ms | 0 | ") {
+		t.Errorf("warm ITL row %q, want a minimum of 0:\n%s", row, md)
+	}
+}

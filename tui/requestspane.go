@@ -64,7 +64,7 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 			if x.N == 0 {
 				return row([]string{name, "—", "—", "—", "—"})
 			}
-			return row([]string{name, stat.FormatMS(x.Min), stat.FormatMS(x.Median), stat.FormatMS(x.Max), pct(x.Spread)})
+			return row([]string{name, stat.FormatMeasuredMS(x.Min), stat.FormatMeasuredMS(x.Median), stat.FormatMeasuredMS(x.Max), pct(x.Spread)})
 		}
 		foot = append(foot, stat("TTFT", s.WarmTTFT), stat("ITL", s.WarmITL), stat("TPOT", s.WarmTPOT), stat("E2E", s.WarmE2E))
 	}

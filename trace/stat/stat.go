@@ -93,6 +93,16 @@ func FormatMS(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// FormatMeasuredMS renders a value that was measured, such as the minimum
+// of a summary with samples: 0 is a reading ("0", two tokens that arrived
+// in one read have an inter-token gap of 0), not "—".
+func FormatMeasuredMS(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	return FormatMS(v)
+}
+
 // FormatDuration renders a duration compactly for tables ("412.0 ms",
 // "2.31 s", "850 µs").
 func FormatDuration(d time.Duration) string {

@@ -64,7 +64,7 @@ func TestFormats(t *testing.T) {
 	for _, c := range []struct {
 		got, want string
 	}{
-		{FormatMS(0), "—"}, {FormatMS(1.234), "1.23"}, {FormatMS(12.34), "12.3"}, {FormatMS(1234.5), "1234"},
+		{FormatMS(0), "—"}, {FormatMeasuredMS(0), "0"}, {FormatMeasuredMS(1.234), "1.23"}, {FormatMS(1.234), "1.23"}, {FormatMS(12.34), "12.3"}, {FormatMS(1234.5), "1234"},
 		{FormatDuration(0), "0"}, {FormatDuration(850 * time.Microsecond), "850 µs"},
 		{FormatDuration(412 * time.Millisecond), "412.0 ms"}, {FormatDuration(2310 * time.Millisecond), "2.31 s"},
 		{FormatDuration(95 * time.Second), "1m35s"},
