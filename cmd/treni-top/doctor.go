@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -51,21 +52,25 @@ TMPDIR on the weights' file system).`,
 			if floors && r.Usable && floorErr != nil {
 				return withExit(2, fmt.Errorf("measure floors: %w", floorErr))
 			}
+			// --floors asked for measurements: none is a failure (exit 2),
+			// after the report that says what is missing.
+			var noFloors error
+			if floors && fl == nil {
+				noFloors = withExit(2, errors.New("--floors needs a usable GPU; nothing measured (the report above says what is missing)"))
+			}
 			if asJSON {
 				b, _ := json.MarshalIndent(struct {
 					cuda.DoctorReport
 					Floors *cuda.Floors `json:"floors,omitempty"`
 				}{r, fl}, "", "  ")
 				fmt.Fprintln(out, string(b))
-				return nil
+				return noFloors
 			}
 			fmt.Fprint(out, r.Text())
 			if fl != nil {
 				fmt.Fprint(out, "\n"+fl.Text())
-			} else if floors {
-				fmt.Fprintln(out, "\n--floors needs a usable GPU; nothing measured.")
 			}
-			return nil
+			return noFloors
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
