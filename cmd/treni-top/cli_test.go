@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/engine/cuda"
 )
 
 // Every subcommand documents itself with a short line, help text and an
@@ -85,5 +87,46 @@ func TestDiffExitCodes(t *testing.T) {
 		if got := execute(c.args); got != c.want {
 			t.Errorf("treni-top %s: exit %d, want %d", strings.Join(c.args, " "), got, c.want)
 		}
+	}
+}
+
+// replay --headless keeps run --headless's split: progress lines on
+// stderr, stdout for the report alone (so it can be redirected to a file).
+func TestReplayHeadlessStreams(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.jsonl")
+	body := `{"format":"treni-top-session","version":"1.0","tool_version":"t","created":"2026-11-22T00:00:00Z","host":{"hostname":"h","os":"linux","arch":"amd64","cpus":2},"target":{"kind":"builtin"}}` + "\n" +
+		`{"t":0,"kind":"process","process":{"action":"start","pid":1}}` + "\n" +
+		`{"t":100000000,"kind":"stage","stage":{"name":"page_cache","start":0,"end":100000000}}` + "\n" +
+		`{"t":100000000,"kind":"marker","marker":{"name":"healthy"}}` + "\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd()
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"replay", "--headless", p})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(stdout.String(), "# treni-top session report") || strings.Contains(stdout.String(), "stage page_cache") {
+		t.Errorf("stdout should hold the report alone:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "stage page_cache") || strings.Contains(stderr.String(), "session report") {
+		t.Errorf("stderr should hold the progress lines alone:\n%s", stderr.String())
+	}
+}
+
+// doctor --floors asks for measurements: with no usable GPU nothing is
+// measured, and that is a failure (exit 2), not a report like any other.
+func TestDoctorFloorsWithoutGPUFails(t *testing.T) {
+	if cuda.Doctor().Usable {
+		t.Skip("a usable GPU: --floors measures here")
+	}
+	if got := execute([]string{"doctor", "--floors", "--floor-bytes", "1048576"}); got != 2 {
+		t.Errorf("doctor --floors without a GPU: exit %d, want 2", got)
+	}
+	if got := execute([]string{"doctor"}); got != 0 {
+		t.Errorf("doctor: exit %d, want 0 (a report of what is missing is not a failure)", got)
 	}
 }

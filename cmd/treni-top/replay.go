@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -22,8 +21,9 @@ func newReplayCmd() *cobra.Command {
 		Short: "Replay a recorded session in the TUI at its recorded pace",
 		Long: `Replay a recorded session (.jsonl or .jsonl.gz) in the same TUI as a live run.
 Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
-? shows every key. --headless prints plain progress lines and then the report
-(as fast as possible unless --speed is given); --json prints the report as JSON.`,
+? shows every key. --headless prints plain progress lines on stderr and then
+the report on stdout (as fast as possible unless --speed is given); --json
+prints the report as JSON.`,
 		Example: "  treni-top replay session.jsonl --speed 4\n  treni-top replay session.jsonl --headless",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,12 +41,10 @@ Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
 			if !headless && !asJSON {
 				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, NoColor: noColor, Light: light, Mouse: mouse})
 			}
-			var progress io.Writer = cmd.OutOrStdout()
-			if asJSON {
-				progress = cmd.ErrOrStderr() // stdout carries only the JSON
-			}
 			if headless {
-				if err := sessions.PrintProgress(ctx, progress, sub); err != nil {
+				// Progress on stderr, as run --headless: stdout carries
+				// only the report.
+				if err := sessions.PrintProgress(ctx, cmd.ErrOrStderr(), sub); err != nil {
 					return withExit(2, err)
 				}
 			}
@@ -59,7 +57,7 @@ Keys: space pauses, + and - change the speed, left/right seek 5 s (shift: 30 s),
 				_, err = cmd.OutOrStdout().Write(b)
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), "\n"+rep.Markdown())
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), rep.Markdown())
 			return err
 		},
 	}
