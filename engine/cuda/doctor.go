@@ -72,9 +72,11 @@ type DoctorReport struct {
 
 // LibrarySearchDirs lists where cuBLASLt and NVRTC are looked for: the
 // override variable, LD_LIBRARY_PATH, the CUDA toolkit's usual folders,
-// the distribution's, and the pip wheels of nvidia-* packages (where
-// PyTorch installs get them).
-func LibrarySearchDirs() []string {
+// the distribution's (this architecture's), and the pip wheels of nvidia-*
+// packages (where PyTorch installs get them).
+func LibrarySearchDirs() []string { return librarySearchDirs(hostLibArch()) }
+
+func librarySearchDirs(a libArch) []string {
 	var dirs []string
 	add := func(ds ...string) {
 		for _, d := range ds {
@@ -86,16 +88,29 @@ func LibrarySearchDirs() []string {
 	add(filepath.SplitList(os.Getenv(LibDirEnv))...)
 	add(filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
 	if h := os.Getenv("CUDA_HOME"); h != "" {
-		add(filepath.Join(h, "lib64"), filepath.Join(h, "targets", "x86_64-linux", "lib"))
+		add(filepath.Join(h, "lib64"))
+		for _, t := range a.targets {
+			add(filepath.Join(h, "targets", t, "lib"))
+		}
 	}
-	add("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64")
-	for _, pat := range []string{
-		"/usr/local/cuda-*/targets/x86_64-linux/lib",
+	add("/usr/local/cuda/lib64")
+	for _, t := range a.targets {
+		add("/usr/local/cuda/targets/" + t + "/lib")
+	}
+	if a.multiarch != "" {
+		add("/usr/lib/" + a.multiarch)
+	}
+	add("/usr/lib64")
+	var globs []string
+	for _, t := range a.targets {
+		globs = append(globs, "/usr/local/cuda-*/targets/"+t+"/lib")
+	}
+	for _, pat := range append(globs,
 		"/usr/lib/python3*/site-packages/nvidia/*/lib",
 		"/usr/local/lib/python3*/dist-packages/nvidia/*/lib",
 		"/opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib",
 		"/opt/conda/lib",
-	} {
+	) {
 		m, _ := filepath.Glob(pat)
 		sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest version first
 		add(m...)

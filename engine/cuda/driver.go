@@ -45,19 +45,23 @@ const DriverEnv = "TRENI_CUDA_DRIVER"
 
 // DriverCandidates lists where libcuda.so.1 is looked for, in order: the
 // override variable, the loader's search path, then the usual install
-// locations (distribution packages, the NVIDIA container runtime, WSL).
-func DriverCandidates() []string {
+// locations of this architecture (distribution packages, the NVIDIA
+// container runtime, WSL).
+func DriverCandidates() []string { return driverCandidates(hostLibArch()) }
+
+func driverCandidates(a libArch) []string {
 	var c []string
 	if p := os.Getenv(DriverEnv); p != "" {
 		c = append(c, p)
 	}
+	c = append(c, "libcuda.so.1")
+	if a.multiarch != "" {
+		c = append(c, "/usr/lib/"+a.multiarch+"/libcuda.so.1")
+	}
 	return append(c,
-		"libcuda.so.1",
-		"/usr/lib/x86_64-linux-gnu/libcuda.so.1",
 		"/usr/lib64/libcuda.so.1",
 		"/usr/local/nvidia/lib64/libcuda.so.1",
 		"/usr/lib/wsl/lib/libcuda.so.1",
-		"/usr/lib/aarch64-linux-gnu/libcuda.so.1",
 	)
 }
 
