@@ -186,7 +186,7 @@ func Run(ctx context.Context, o Options) error {
 		case o.Device == "cuda":
 			return fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
 		default:
-			em.log.Printf("device auto: no usable CUDA backend (%v); serving on the CPU", err)
+			em.log.Print(cpuFallbackNote(err))
 		}
 	}
 
@@ -727,6 +727,17 @@ func DefaultBatchedTokens(backend string) int {
 	return 2048
 }
 
+// cpuFallbackNote is the one line --device auto logs when it serves on the
+// CPU: short where there is no NVIDIA driver at all (a CPU-only machine's
+// normal state; `treni-top doctor` lists every place it looked), the
+// cause in full when a driver is there and something else failed.
+func cpuFallbackNote(err error) string {
+	if errors.Is(err, cuda.ErrNoDriver) {
+		return "device auto: no NVIDIA driver (libcuda.so.1); serving on the CPU (treni-top doctor: where it looked)"
+	}
+	return fmt.Sprintf("device auto: no usable CUDA backend (%v); serving on the CPU", err)
+}
+
 // newBackend picks the backend for o.Device: cuda when asked (an error if it
 // cannot run), auto tries CUDA and falls back to the CPU with one message
 // saying why, cpu never touches CUDA. The CUDA backend reports its own cold
@@ -745,7 +756,7 @@ func newBackend(ctx context.Context, ck *model.Checkpoint, o Options, blocks int
 		if o.Device == "cuda" {
 			return nil, fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
 		}
-		em.log.Printf("device auto: no usable CUDA backend (%v); serving on the CPU", err)
+		em.log.Print(cpuFallbackNote(err))
 	}
 	be, err := cpu.New(ck, cpu.Options{NumBlocks: blocks, BlockSize: o.BlockSize, Threads: o.Threads})
 	if err != nil {

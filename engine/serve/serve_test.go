@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/treni-top/treni-top/engine/cuda"
 	"github.com/treni-top/treni-top/engine/model/synth"
 	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/trace"
@@ -369,5 +370,19 @@ func TestRunStoppedWhileLoading(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped while loading") {
 			t.Errorf("--load %s, stopped before loading: %v, want context.Canceled and \"stopped while loading\"", load, err)
 		}
+	}
+}
+
+// TestCPUFallbackNote: a machine without an NVIDIA driver gets one short
+// line (it used to be the driver loader's ~400-character list of every
+// path it tried); any other CUDA failure keeps its cause.
+func TestCPUFallbackNote(t *testing.T) {
+	noDriver := fmt.Errorf("%w (tried libcuda.so.1, /usr/lib/x86_64-linux-gnu/libcuda.so.1, /usr/lib64/libcuda.so.1; install the NVIDIA driver): not found", cuda.ErrNoDriver)
+	if n := cpuFallbackNote(noDriver); len(n) > 120 || strings.Contains(n, "tried") || !strings.Contains(n, "serving on the CPU") {
+		t.Errorf("no driver: %q (%d bytes), want one short line", n, len(n))
+	}
+	other := errors.New("cuCtxCreate: CUDA_ERROR_OUT_OF_MEMORY")
+	if n := cpuFallbackNote(other); !strings.Contains(n, other.Error()) || !strings.Contains(n, "serving on the CPU") {
+		t.Errorf("driver present, context failed: %q should name the cause", n)
 	}
 }
