@@ -29,6 +29,9 @@ type LiveOptions struct {
 	// KeepEvents keeps an in-memory copy of every event for the final
 	// report (Finish returns it).
 	KeepEvents bool
+	// Clock is the session's clock, for the markers the session adds
+	// itself (Interrupted); zero: offsets from the header's Created.
+	Clock trace.Clock
 }
 
 // Check reports contradictory options (flag names as the CLI spells them).
@@ -49,6 +52,7 @@ type Live struct {
 	// on.
 	Bus    *trace.Bus
 	header Header
+	clock  trace.Clock
 	rec    *Recorder
 	uiSub  *trace.Subscription
 
@@ -65,7 +69,10 @@ func StartLive(h Header, o LiveOptions) (*Live, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
-	l := &Live{Bus: trace.NewBus(), header: h}
+	l := &Live{Bus: trace.NewBus(), header: h, clock: o.Clock}
+	if l.clock.Start().IsZero() {
+		l.clock = trace.ClockAt(h.Created)
+	}
 	if !o.NoRecord {
 		path := o.Record
 		if path == "" {
@@ -162,6 +169,17 @@ func (l *Live) Finish() (*Session, error) {
 	return &Session{Header: l.header, Events: l.events}, err
 }
 
+// Interrupted records that a signal ended the session early (cause says
+// which): a trace.MarkerInterrupted at this instant, the last word of a
+// file that is otherwise complete. Call it before Finish.
+func (l *Live) Interrupted(cause error) {
+	attrs := trace.Attrs{}
+	if cause != nil {
+		attrs["cause"] = cause.Error()
+	}
+	l.Bus.Emit(trace.Event{At: l.clock.Now(), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerInterrupted, Attrs: attrs}})
+}
+
 // OnClose registers f to run in Finish before the bus closes: what
 // publishes on the bus from outside the runner (an OTLP receiver) stops
 // there, so nothing publishes on a closed bus.
@@ -185,10 +203,11 @@ type Runner interface {
 type UI func(ctx context.Context, sub *trace.Subscription) error
 
 // Drive runs r to its end — under ui when one is given, headless
-// otherwise — then finishes the session. It returns the session kept in
-// memory, the run's error (a UI failure is one) and the file's error
-// separately, so the caller can report the path of a file that is fine
-// after a run that failed.
+// otherwise — then finishes the session, marked Interrupted when ctx
+// ended first (a signal). It returns the session kept in memory, the
+// run's error (a UI failure is one) and the file's error separately, so
+// the caller can report the path of a file that is fine after a run that
+// failed.
 func (l *Live) Drive(ctx context.Context, r Runner, ui UI) (sess *Session, runErr, fileErr error) {
 	switch {
 	case ui == nil:
@@ -210,6 +229,9 @@ func (l *Live) Drive(ctx context.Context, r Runner, ui UI) (sess *Session, runEr
 		if uiErr != nil && runErr == nil {
 			runErr = fmt.Errorf("terminal UI: %w", uiErr)
 		}
+	}
+	if ctx.Err() != nil {
+		l.Interrupted(context.Cause(ctx))
 	}
 	sess, fileErr = l.Finish()
 	return sess, runErr, fileErr

@@ -173,3 +173,70 @@ func TestLiveDriveWithUI(t *testing.T) {
 		t.Error("a UI without LiveOptions.UI was accepted")
 	}
 }
+
+// TestLiveDriveInterrupted: a context that ends on a signal (its cause)
+// finishes the session with an interrupted marker as its last event, a
+// complete file, and a report that says so.
+func TestLiveDriveInterrupted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	clock := trace.NewClock()
+	l, err := StartLive(NewHeader("test", clock.Start(), Target{Kind: TargetBuiltin}), LiveOptions{Record: path, KeepEvents: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	evs := coldRun(0, 0, 1, []float64{20, 21})
+	r := runnerFunc(func(context.Context) error {
+		for _, e := range evs {
+			l.Bus.Emit(e)
+		}
+		cancel(errors.New("interrupt signal received"))
+		return nil
+	})
+	if _, runErr, fileErr := l.Drive(ctx, r, nil); runErr != nil || fileErr != nil {
+		t.Fatal(runErr, fileErr)
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := s.Events[len(s.Events)-1]
+	if s.Truncated || len(s.Events) != len(evs)+1 || last.Kind != trace.KindMarker || last.Marker.Name != trace.MarkerInterrupted {
+		t.Fatalf("file: truncated %v, %d events (want %d), last %+v", s.Truncated, len(s.Events), len(evs)+1, last)
+	}
+	if cause, _ := last.Marker.Attrs.String("cause"); cause != "interrupt signal received" {
+		t.Errorf("cause %q", cause)
+	}
+	if md := BuildReport(s).Markdown(); !strings.Contains(md, "interrupted (interrupt signal received)") {
+		t.Errorf("report does not say the session was interrupted:\n%s", md)
+	}
+	if err := Failure(s.Events); err != nil {
+		t.Errorf("an interrupted session is not a failure of the target: %v", err)
+	}
+}
+
+// TestFailure: a crashed target and a failed run are failures, named as
+// the TUI numbers runs; a target treni-top stopped is not.
+func TestFailure(t *testing.T) {
+	ok := coldRun(0, 0, 1, warm5)
+	if err := Failure(ok); err != nil {
+		t.Fatalf("a run stopped as asked: %v", err)
+	}
+	crashed := coldRun(0, 0, 1, warm5)
+	crashed = append(crashed, coldRun(1, 3*time.Second, 1, warm5)...)
+	for i, e := range crashed {
+		if e.Run == 1 && e.Kind == trace.KindProcess && e.Process.Action == trace.ProcessExit {
+			p := *e.Process
+			p.Expected, p.ExitCode = false, 137
+			crashed[i].Process = &p
+		}
+	}
+	if err := Failure(crashed); err == nil || !strings.Contains(err.Error(), "crashed in run 2 of 2 (exit code 137)") {
+		t.Errorf("crash in the second run: %v", err)
+	}
+	failed := append(coldRun(0, 0, 1, nil), trace.Event{At: time.Second, Kind: trace.KindMarker,
+		Marker: &trace.Marker{Name: trace.MarkerRunFailed, Attrs: trace.Attrs{"error": "target not healthy after 10m0s"}}})
+	if err := Failure(failed); err == nil || err.Error() != "the cold run failed: target not healthy after 10m0s" {
+		t.Errorf("failed run: %v", err)
+	}
+}

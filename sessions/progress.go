@@ -208,6 +208,9 @@ func (p *progress) marker(e trace.Event) {
 	case trace.MarkerKindDetected:
 		k, _ := m.Attrs.String("server_kind")
 		p.printf(e.At, e.Run, "server kind detected from its output: %s", k)
+	case trace.MarkerInterrupted:
+		cause, _ := m.Attrs.String("cause")
+		p.printf(e.At, e.Run, "interrupted (%s): the target is stopped, the session file ends here", cause)
 	case trace.MarkerReplayReset:
 		p.printf(e.At, e.Run, "replay restarted from the beginning")
 		p.reset()

@@ -18,6 +18,9 @@ type Report struct {
 	Bench     []BenchRun  `json:"bench,omitempty"`
 	Diagnosis Diagnosis   `json:"diagnosis"`
 	Truncated bool        `json:"truncated,omitempty"`
+	// Interrupted is the cause when a signal ended the live session early
+	// (trace.MarkerInterrupted).
+	Interrupted string `json:"interrupted,omitempty"`
 }
 
 // RunReport is one cold run in a report. Times are milliseconds; stage
@@ -59,6 +62,14 @@ func BuildReport(s *Session) Report {
 	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated, Bench: BenchRuns(s.Events)}
 	for _, run := range s.Runs() {
 		r.Runs = append(r.Runs, buildRunReport(run))
+	}
+	for _, e := range s.Events {
+		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerInterrupted {
+			r.Interrupted, _ = e.Marker.Attrs.String("cause")
+			if r.Interrupted == "" {
+				r.Interrupted = "a signal"
+			}
+		}
 	}
 	return r
 }
@@ -134,6 +145,9 @@ func (r Report) Markdown() string {
 	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "- note: the file ends mid-line (the recorder was killed); everything before it is included\n")
+	}
+	if r.Interrupted != "" {
+		fmt.Fprintf(&b, "- note: interrupted (%s) before the session ran to its end; what ran before is complete\n", r.Interrupted)
 	}
 	if len(r.Runs) == 0 {
 		b.WriteString("\nNo runs recorded.\n")

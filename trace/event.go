@@ -388,6 +388,11 @@ const (
 	// at once when an attached server does not answer, and when no URL to
 	// poll could be inferred, so the wait is never silent.
 	MarkerHealthWait = "health_wait"
+	// MarkerInterrupted: a signal (ctrl-c, SIGTERM, a closed terminal)
+	// ended the live session before it ran to its end; the target was
+	// stopped and everything before the marker is in the file, which is
+	// complete (attrs: cause).
+	MarkerInterrupted = "interrupted"
 )
 
 // Marker is a named instant with attributes.

@@ -203,7 +203,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
 		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
 	})
-	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui})
+	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui, Clock: clock})
 	if err != nil {
 		return withExit(2, err)
 	}
@@ -245,6 +245,9 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok, Roofline: rf}
 	rep, runErr := b.Execute(benchCtx, plan)
 	stopProgress()
+	if ctx.Err() != nil {
+		l.Interrupted(context.Cause(ctx))
+	}
 	_, fileErr := l.Finish()
 	if uiDone != nil {
 		if err := <-uiDone; err != nil {
@@ -274,6 +277,9 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	}
 	if p := l.Path(); p != "" {
 		fmt.Fprintf(stderr, "session recorded: %s\n", p)
+	}
+	if err := interrupted(ctx); err != nil {
+		return err
 	}
 	if rep.Interrupted {
 		return withExit(2, fmt.Errorf("bench interrupted: %w", runErr))

@@ -429,7 +429,7 @@ func startLive(ctx context.Context, o *liveOptions, h sessions.Header, label str
 		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
 		o.headless = true
 	}
-	lo := sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: label, UI: !o.headless, KeepEvents: true}
+	lo := sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: label, UI: !o.headless, KeepEvents: true, Clock: clock}
 	if o.headless {
 		lo.Progress = stderr
 	}
@@ -493,8 +493,16 @@ func drive(ctx context.Context, o *liveOptions, r *runner.Runner, l *sessions.Li
 	if fileErr != nil {
 		return fileErr
 	}
-	if runErr != nil && ctx.Err() == nil {
+	if err := interrupted(ctx); err != nil {
+		return err // the session is marked interrupted (sessions.Live.Drive)
+	}
+	if runErr != nil {
 		return runErr
+	}
+	// A target that crashed while the TUI was up (the runner goes on
+	// serving keys, so Run returned nil) is a failure all the same.
+	if err := sessions.Failure(sess.Events); err != nil {
+		return withExit(2, err)
 	}
 	return nil
 }
