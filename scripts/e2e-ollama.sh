@@ -14,13 +14,19 @@
 # process tree, and that our cold TTFT agrees with Ollama's own
 # load_duration + prompt_eval_duration (see TOLERANCE below).
 #
-# The build passes -O3 -march=native to cgo: `go install` alone compiles
-# ggml's CPU kernels with cgo's default flags (-O2, no -m options), so none
-# of the SSE/AVX2/FMA code paths a CMake build selects are compiled in and
-# the peer runs ~10x slower than llama.cpp should. Check the "msg=system"
-# line of `ollama serve`'s log: it lists CPU.0.AVX2=1 CPU.0.FMA=1 … when
-# the SIMD kernels are in. (An older build without them may sit in
-# .peers/bin; OLLAMA_BIN=.peers/bin/ollama runs it.)
+# The build passes -O3 and a fixed instruction-set baseline to cgo:
+# `go install` alone compiles ggml's CPU kernels with cgo's default flags
+# (-O2, no -m options), so none of the SSE/AVX2/FMA code paths a CMake build
+# selects are compiled in and the peer runs ~10x slower than llama.cpp
+# should. The baseline is x86-64-v3 (AVX2, FMA, F16C) on x86_64 and
+# armv8.2-a with dot product and fp16 on aarch64, not -march=native: what
+# the host's CPU offers must not change what builds. -march=native on a CPU
+# with AMX turns on ggml's AMX path, whose source the cgo build does not
+# compile, and the link fails (undefined reference to
+# ggml_backend_amx_buffer_type). PEER_CFLAGS=... overrides the flags. Check
+# the "msg=system" line of `ollama serve`'s log: it lists CPU.0.AVX2=1
+# CPU.0.FMA=1 … when the SIMD kernels are in. (An older build without them
+# may sit in .peers/bin; OLLAMA_BIN=.peers/bin/ollama runs it.)
 #
 # Not in CI: it builds the peer (2–6 min on 2 cores) and needs
 # nlohmann-json3-dev and libstb-dev. Everything it makes stays under .peers/
@@ -56,8 +62,15 @@ if [[ ! -x $OLLAMA_BIN ]]; then
 		echo "needs: apt-get install -y nlohmann-json3-dev libstb-dev" >&2
 		exit 2
 	fi
+	case "$(uname -m)" in
+	x86_64) baseline=-march=x86-64-v3 ;;
+	aarch64 | arm64) baseline=-march=armv8.2-a+dotprod+fp16 ;;
+	*) baseline= ;;
+	esac
+	flags=${PEER_CFLAGS:-"-O3 $baseline"}
+	echo "cgo flags: $flags"
 	mkdir -p "$PEERS/bin-simd"
-	CGO_CFLAGS="-O3 -march=native" CGO_CXXFLAGS="-O3 -march=native" CGO_CPPFLAGS="-I/usr/include/stb" \
+	CGO_CFLAGS="$flags" CGO_CXXFLAGS="$flags" CGO_CPPFLAGS="-I/usr/include/stb" \
 		GOBIN=$PEERS/bin-simd go install github.com/ollama/ollama@v0.9.6
 fi
 "$OLLAMA_BIN" --version 2>/dev/null | head -1 || true
