@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -203,6 +202,12 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
 		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
 	})
+	if o.tui && !interactive() {
+		// `bench --tui > report.md`: the screen would be drawn into the
+		// report file. Run headless; the report still goes to stdout.
+		fmt.Fprintln(stderr, "treni-top: --tui needs a terminal on stdin and stdout; running headless (progress on stderr, the report on stdout)")
+		o.tui = false
+	}
 	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui, Clock: clock})
 	if err != nil {
 		return withExit(2, err)
@@ -228,13 +233,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 		uiSub := l.UISub()
 		uiDone = make(chan error, 1)
 		go func() {
-			opts := tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now}
-			if !isTerminal(os.Stdout) && isTerminal(os.Stderr) {
-				// `bench --tui > report.md`: draw on the terminal, keep
-				// stdout for the report.
-				opts.Output = os.Stderr
-			}
-			err := tui.Run(ctx, opts)
+			err := tui.Run(ctx, tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now})
 			uiSub.Cancel()
 			cancelBench()
 			uiDone <- err
@@ -396,10 +395,4 @@ func (b benchProgress) BenchSnapshot() tui.BenchStatus {
 		OutputTokPerSec: s.OutputTokPerSec, ReqPerSec: s.ReqPerSec,
 		TTFT: q(s.TTFT), ITL: q(s.ITL),
 	}
-}
-
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

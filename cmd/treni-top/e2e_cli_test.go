@@ -1,8 +1,9 @@
 package main
 
-// End-to-end checks of the exit statuses README promises for live
-// sessions: a ctrl-c'd headless run exits 130 with its session complete and
-// marked interrupted; a TUI whose target crashed exits 2 after q.
+// End-to-end checks of promises the CLI makes: the exit statuses of live
+// sessions (a ctrl-c'd headless run exits 130 with its session complete
+// and marked interrupted; a TUI whose target crashed exits 2 after q) and
+// bench --tui without a terminal (headless, no escape codes in the report).
 
 import (
 	"bytes"
@@ -130,6 +131,50 @@ func TestE2ETUICrashedTargetExits2(t *testing.T) {
 			t.Fatalf("treni-top did not end after q; screen:\n%s", out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestE2EBenchTUIWithoutTerminal runs bench --tui with stdout and stdin
+// not terminals (a report redirected to a file): it says so in one line,
+// runs headless, and the report holds no escape sequence.
+func TestE2EBenchTUIWithoutTerminal(t *testing.T) {
+	needBinary(t)
+	dir := synthCheckpoint(t, "tiny")
+	addr := freeLocalAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	srv := exec.CommandContext(ctx, e2e.bin, "serve", "--device", "cpu", "--model", dir, "--addr", addr)
+	srv.Env = childEnv()
+	srv.Cancel = func() error { return srv.Process.Signal(os.Interrupt) }
+	srv.WaitDelay = 10 * time.Second
+	var srvErr syncWriter
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = srv.Wait()
+	}()
+	for !strings.Contains(srvErr.String(), "listening on") {
+		if ctx.Err() != nil {
+			t.Fatalf("serve did not start:\n%s", srvErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	bench := exec.CommandContext(ctx, e2e.bin, "bench", "--tui", "--no-record", "--url", "http://"+addr,
+		"--num-requests", "2", "--prompt-tokens", "8", "--max-tokens", "4")
+	bench.Env = childEnv()
+	var stdout, stderr bytes.Buffer
+	bench.Stdout, bench.Stderr = &stdout, &stderr
+	if err := bench.Run(); err != nil {
+		t.Fatalf("bench --tui without a terminal: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--tui needs a terminal on stdin and stdout; running headless") {
+		t.Errorf("stderr does not say the TUI was skipped:\n%s", stderr.String())
+	}
+	if strings.Contains(stdout.String(), "\x1b") || !strings.Contains(stdout.String(), "custom") {
+		t.Errorf("stdout should be the plain report:\n%q", stdout.String())
 	}
 }
 
