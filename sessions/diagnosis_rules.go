@@ -402,6 +402,19 @@ func ruleF(x *facts, h *Hypothesis) {
 		return
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].inflight < pts[j].inflight })
+	if pts[len(pts)-1].inflight == pts[0].inflight {
+		// One concurrency (a sequential workload: every request alone):
+		// no growth to measure.
+		var all []float64
+		for _, p := range pts {
+			all = append(all, p.ttft)
+		}
+		h.Evidence = []Evidence{{"bench TTFT", fmt.Sprintf("%s ms median over %d requests, every one sent %s",
+			stat.FormatMS(stat.Summarize(all).Median), len(pts), inflightText(pts[0].inflight, ""))}}
+		h.Verdict = VerdictInsufficient
+		h.Missing = []string{"requests at more than one concurrency (a workload with concurrent arrivals: continuous_batching, paged_attention, --qps, --concurrency)"}
+		return
+	}
 	q := max(len(pts)/4, 1)
 	var lo, hi []float64
 	for _, p := range pts[:q] {
@@ -416,15 +429,12 @@ func ruleF(x *facts, h *Hypothesis) {
 		growth = hm / l
 	}
 	h.Evidence = []Evidence{
-		{"TTFT at low concurrency", fmt.Sprintf("%s ms (≤%d in flight)", stat.FormatMS(l), pts[q-1].inflight)},
-		{"TTFT at high concurrency", fmt.Sprintf("%s ms (≥%d in flight)", stat.FormatMS(hm), pts[len(pts)-q].inflight)},
+		{"TTFT at low concurrency", fmt.Sprintf("%s ms (sent %s)", stat.FormatMS(l), inflightText(pts[q-1].inflight, "at most "))},
+		{"TTFT at high concurrency", fmt.Sprintf("%s ms (sent with at least %d others in flight)", stat.FormatMS(hm), pts[len(pts)-q].inflight)},
 		{"growth", fmt.Sprintf("%.1f×", growth)},
 	}
 	h.Score = growth / (growth + QueueingGrowth)
 	switch {
-	case pts[len(pts)-1].inflight <= pts[0].inflight:
-		h.Verdict = VerdictInsufficient
-		h.Missing = []string{"requests at more than one concurrency"}
 	case growth >= QueueingGrowth:
 		h.Verdict = VerdictDominant
 	case growth >= 1+ContributesShare:
@@ -432,6 +442,15 @@ func ruleF(x *facts, h *Hypothesis) {
 	default:
 		h.Verdict = VerdictRuledOut
 	}
+}
+
+// inflightText says how many other requests were in flight when a bench
+// request was sent: "alone" for none, else "with <bound>n others in flight".
+func inflightText(n int, bound string) string {
+	if n == 0 {
+		return "alone (no other request in flight)"
+	}
+	return fmt.Sprintf("with %s%d others in flight", bound, n)
 }
 
 // serverView is F's evidence from the server's own metrics: its TTFT

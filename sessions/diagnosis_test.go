@@ -347,3 +347,25 @@ func TestDiagnoseFailedWake(t *testing.T) {
 		t.Errorf("run %d dominant %q summary %q", dg.Run, dg.Dominant, dg.Summary)
 	}
 }
+
+// TestDiagnoseQueueingOneConcurrency: a sequential bench (every request
+// sent alone) cannot show queueing: F says what it saw and what is
+// missing, never "(≤0 in flight)".
+func TestDiagnoseQueueingOneConcurrency(t *testing.T) {
+	var ev []trace.Event
+	for i := 0; i < 10; i++ {
+		sent := float64(i) * 1000
+		ev = append(ev, trace.Event{At: d(sent + 60), Kind: trace.KindRequest, Request: &trace.Request{ID: fmt.Sprintf("b%d", i), Phase: trace.PhaseBench,
+			Sent: d(sent), FirstToken: d(4.2), End: d(50), Tokens: []time.Duration{d(4.2)}, Done: true}})
+	}
+	f, _ := Diagnose(ev).Hypothesis("F")
+	ev0 := ""
+	for _, e := range f.Evidence {
+		ev0 += e.Name + " " + e.Value + "; "
+	}
+	if f.Verdict != VerdictInsufficient || f.Score != 0 || strings.Contains(ev0, "≤0") ||
+		!strings.Contains(ev0, "4.20 ms median over 10 requests, every one sent alone") ||
+		!strings.Contains(strings.Join(f.Missing, " "), "more than one concurrency") {
+		t.Fatalf("F %+v (evidence %s)", f, ev0)
+	}
+}
