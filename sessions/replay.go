@@ -27,6 +27,7 @@ type Replayer struct {
 	anchorOff  time.Duration
 	seek       *time.Duration
 	wake       chan struct{}
+	waitAtEnd  bool
 }
 
 // ReplayOptions configures a Replayer.
@@ -35,6 +36,10 @@ type ReplayOptions struct {
 	Speed float64
 	// Fast emits every event immediately, ignoring offsets.
 	Fast bool
+	// WaitAtEnd keeps Run going after the last event, waiting for a seek
+	// (or ctx), so that a finished replay can still be rewound (the TUI);
+	// without it Run returns once every event is emitted.
+	WaitAtEnd bool
 }
 
 // NewReplayer prepares a replay of events (sorted by offset here; the input
@@ -49,7 +54,7 @@ func NewReplayer(events []trace.Event, opts ReplayOptions) *Replayer {
 	if opts.Fast {
 		speed = 0
 	}
-	return &Replayer{events: evs, speed: speed, wake: make(chan struct{}, 1)}
+	return &Replayer{events: evs, speed: speed, wake: make(chan struct{}, 1), waitAtEnd: opts.WaitAtEnd}
 }
 
 // Duration is the offset of the last event.
@@ -60,11 +65,19 @@ func (r *Replayer) Duration() time.Duration {
 	return r.events[len(r.events)-1].At
 }
 
-// Position is the replay's current offset.
+// Position is the replay's current offset; it stops at the session's end.
 func (r *Replayer) Position() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.virtualLocked(time.Now())
+	return min(r.virtualLocked(time.Now()), r.Duration())
+}
+
+// Done reports whether every event has been emitted: the replay is at its
+// end (with WaitAtEnd, until a seek back).
+func (r *Replayer) Done() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pos >= len(r.events)
 }
 
 // Speed is the playback rate (0 = as fast as possible).
@@ -167,7 +180,15 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 		}
 		if r.pos >= len(r.events) {
 			r.mu.Unlock()
-			return nil
+			if !r.waitAtEnd {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-r.wake:
+			}
+			continue
 		}
 		if r.paused {
 			r.mu.Unlock()
@@ -207,7 +228,8 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 
 // Play runs the replay on a bus of its own in a goroutine it owns and
 // returns the subscription a consumer (the TUI, the headless transcript)
-// reads; the bus closes when the events end, so the consumer sees the end.
+// reads; the bus closes when the events end (with WaitAtEnd, when ctx
+// does), so the consumer sees the end.
 // stop cancels the replay and waits for its goroutine; call it once the
 // consumer is done.
 func (r *Replayer) Play(ctx context.Context) (sub *trace.Subscription, stop func()) {

@@ -461,6 +461,46 @@ func TestReplayFastPauseSeek(t *testing.T) {
 	}
 }
 
+// TestReplayWaitsAtEnd: with WaitAtEnd a finished replay keeps its
+// position at the session's end (however long the wall clock runs on),
+// reports Done, and a seek back replays from the start; Run returns only
+// when ctx ends. In a synctest bubble, so "long after" costs no time.
+func TestReplayWaitsAtEnd(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	synctest.Test(t, func(t *testing.T) {
+		rp := NewReplayer(evs, ReplayOptions{Speed: 4, WaitAtEnd: true})
+		var n, resets int
+		sink := trace.SinkFunc(func(e trace.Event) {
+			n++
+			if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerReplayReset {
+				resets++
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rp.Run(ctx, sink) }()
+		time.Sleep(time.Hour) // the session is 2 s long: long over
+		synctest.Wait()
+		if !rp.Done() || n != len(evs) || rp.Position() != rp.Duration() {
+			t.Fatalf("at the end: done %v, %d of %d events, position %v of %v", rp.Done(), n, len(evs), rp.Position(), rp.Duration())
+		}
+		rp.Seek(0)
+		synctest.Wait()
+		if resets != 1 || rp.Done() {
+			t.Fatalf("seek back after the end: %d resets, done %v", resets, rp.Done())
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n != 2*len(evs)+1 || !rp.Done() {
+			t.Fatalf("replayed again: %d events, want %d", n, 2*len(evs)+1)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v, want it to wait for ctx", err)
+		}
+	})
+}
+
 func FuzzRead(f *testing.F) {
 	f.Add([]byte(""))
 	evs := coldRun(0, 0, 1, []float64{50})
