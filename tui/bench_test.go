@@ -21,17 +21,19 @@ func benchHeader() sessions.Header {
 	}
 }
 
-// benchEvents is a recorded bench: run 1 of baseline finished (10
-// requests), run 2 under way (6 done, one of them failed, one streaming).
+// benchEvents is a recorded bench: run 1 of continuous_batching finished
+// (10 requests, sent one after the other), run 2 under way (6 done, one of
+// them failed, one streaming).
 func benchEvents() []trace.Event {
 	var evs []trace.Event
 	start := func(at time.Duration, run int) {
 		evs = append(evs, trace.Event{At: at, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchStart, Attrs: trace.Attrs{
-			"workload": "baseline", "run": float64(run), "warmup": false, "repeats": float64(2), "requests": float64(10),
+			"workload": "continuous_batching", "run": float64(run), "warmup": false, "repeats": float64(2), "requests": float64(10),
 		}}})
 	}
 	req := func(run, i int, sent time.Duration, fail, done bool) {
-		q := &trace.Request{ID: fmt.Sprintf("r%d-%d", run, i), Label: fmt.Sprintf("bench_%d", i), Phase: trace.PhaseBench,
+		// Labels as probe/load writes them: workload/run tag/index.
+		q := &trace.Request{ID: fmt.Sprintf("r%d-%d", run, i), Label: fmt.Sprintf("continuous_batching/r%d/%d", run, i), Phase: trace.PhaseBench,
 			Endpoint: "chat", Sent: sent, Status: 200, PromptTokens: 256}
 		if fail {
 			q.Status, q.Error, q.ErrorKind, q.End, q.Done = 500, "HTTP 500", "http_5xx", 30*time.Millisecond, true
@@ -60,7 +62,7 @@ func benchEvents() []trace.Event {
 		req(1, i, t+time.Millisecond, false, true)
 		t += 1100 * time.Millisecond
 	}
-	evs = append(evs, trace.Event{At: t, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchEnd, Attrs: trace.Attrs{"workload": "baseline", "run": float64(1)}}})
+	evs = append(evs, trace.Event{At: t, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchEnd, Attrs: trace.Attrs{"workload": "continuous_batching", "run": float64(1)}}})
 	t += 200 * time.Millisecond
 	start(t, 2)
 	for i := 0; i < 7; i++ {
@@ -105,7 +107,7 @@ func TestBenchFromEvents(t *testing.T) {
 	if !ok {
 		t.Fatal("no bench status")
 	}
-	if s.Workload != "baseline" || s.Repeat != 2 || s.Repeats != 2 || s.Total != 10 {
+	if s.Workload != "continuous_batching" || s.Repeat != 2 || s.Repeats != 2 || s.Total != 10 {
 		t.Errorf("run: %+v", s)
 	}
 	if s.Sent != 7 || s.Done != 6 || s.Failed != 1 || s.InFlight != 1 || s.OutputTokens != 5*64 {
@@ -118,7 +120,7 @@ func TestBenchFromEvents(t *testing.T) {
 		t.Error("no tok/s history")
 	}
 	grid := m.View()
-	for _, want := range []string{"1 Bench", "baseline · repeat 2/2", "6/10", "failed 1", "TTFT", "ITL", "output (tok/s)", "in flight 1"} {
+	for _, want := range []string{"1 Bench", "continuous_batching · repeat 2/2", "6/10", "failed 1", "TTFT", "ITL", "output (tok/s)", "in flight 1"} {
 		if !strings.Contains(grid, want) {
 			t.Errorf("160×48 grid lacks %q:\n%s", want, grid)
 		}

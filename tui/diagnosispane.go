@@ -7,15 +7,16 @@ import (
 	"github.com/treni-top/treni-top/sessions"
 )
 
-// diagnosisPane is the decision table (docs/ARCHITECTURE.md, "Diagnosis"):
-// each hypothesis with its verdict, evidence and next knob.
+// diagnosisPane is the decision table (docs/ARCHITECTURE.md, "Diagnosis")
+// of the selected run: each hypothesis with its verdict, evidence and next
+// knob.
 type diagnosisPane struct{}
 
 func (diagnosisPane) title() string { return "Diagnosis" }
 
 func (diagnosisPane) view(c *programContext, st *state, w, h int) []string {
 	t := c.theme
-	d := st.diag
+	d := st.diagnosis(c.runSel)
 	if len(d.Hypotheses) == 0 {
 		return []string{t.render(t.dim, "no diagnosis yet")}
 	}

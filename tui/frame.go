@@ -66,12 +66,8 @@ func (m Model) pane(i int) pane {
 func (m Model) paneBox(i, w, h int) []string {
 	p := m.pane(i)
 	title := fmt.Sprintf("%d %s", i+1, p.title())
-	if r, ok := m.st.run(m.ctx.runSel); ok && len(m.st.runs) > 1 && (i == paneWaterfall || i == paneRequests) {
-		if r.Wake != nil {
-			title += fmt.Sprintf(" · run %d, %s", r.Index, r.Wake)
-		} else {
-			title += fmt.Sprintf(" · run %d", r.Index)
-		}
+	if r, ok := m.st.run(m.ctx.runSel); ok && len(m.st.runs) > 1 && (i == paneWaterfall || i == paneRequests || i == paneDiagnosis) {
+		title += " · " + m.runPosition(r)
 	}
 	memo := false
 	switch i {
@@ -143,13 +139,27 @@ func (m Model) headerLines(w int) []string {
 	if model == "" {
 		model = "?"
 	}
-	elapsed := m.position()
 	desc := hd.Target.Describe()
 	if !strings.Contains(desc, model) {
 		desc += t.render(t.dim, " · model ") + model
 	}
 	l1 := t.render(t.title, "treni-top") + " " + t.render(t.dim, "│") + " " + desc + t.render(t.dim, " on ") + device
-	right := t.render(stSt, "● "+stateWord) + t.render(t.dim, "  elapsed ") + stat.FormatDuration(elapsed)
+	// The right side is kept whole (spread cuts the left): the state, and
+	// the clock — for a replay its play/pause state, speed and position,
+	// so that space and +/- show at any width.
+	right := t.render(stSt, "● "+stateWord) + t.render(t.dim, "  elapsed ") + stat.FormatDuration(m.position())
+	if rp := m.opts.Replay; rp != nil {
+		play := "▶"
+		if rp.Paused() {
+			play = "⏸ paused"
+		}
+		sp := "fast"
+		if s := rp.Speed(); s > 0 {
+			sp = fmt.Sprintf("%g×", s)
+		}
+		right = t.render(stSt, "● "+stateWord) + "  " + t.render(t.accent, "replay "+play+" "+sp) + " " +
+			stat.FormatDuration(m.position()) + t.render(t.dim, " / ") + stat.FormatDuration(rp.Duration())
+	}
 	l1 = spread(l1, right, w)
 
 	var parts []string
@@ -165,23 +175,12 @@ func (m Model) headerLines(w int) []string {
 			parts = append(parts, "top stage "+string(d))
 		}
 	}
-	if d := m.st.diag; d.Dominant != "" {
+	if d := m.st.diagnosis(m.ctx.runSel); ok && d.Dominant != "" {
 		for _, hy := range d.Hypotheses {
 			if hy.Code == d.Dominant {
 				parts = append(parts, t.render(t.warn, "diagnosis "+hy.Code+": "+hy.Title))
 			}
 		}
-	}
-	if rp := m.opts.Replay; rp != nil {
-		play := "▶"
-		if rp.Paused() {
-			play = "⏸"
-		}
-		sp := "fast"
-		if s := rp.Speed(); s > 0 {
-			sp = fmt.Sprintf("%g×", s)
-		}
-		parts = append(parts, fmt.Sprintf("replay %s %s %s / %s", play, sp, stat.FormatDuration(m.position()), stat.FormatDuration(rp.Duration())))
 	}
 	if m.paused {
 		parts = append(parts, t.render(t.warn, "DISPLAY PAUSED"))
@@ -193,10 +192,11 @@ func (m Model) headerLines(w int) []string {
 	return []string{l1, l2}
 }
 
-// runPosition is the header's place of run r: "wake 2/5 (level 1)" for a
-// wake of a sleeping target (run --sleep-cycles 5), "cold run 3/5" in a
-// series of cold runs (run --cold-runs 5; runs added with the r key count
-// on past it), else "run 1/2" of the runs seen.
+// runPosition is how the header and the panes name run r, 1-based (the
+// session file's run field counts from 0): "wake 2/5 (level 1)" for a wake
+// of a sleeping target (run --sleep-cycles 5), "cold run 3/5" in a series
+// of cold runs (run --cold-runs 5; runs added with the r key count on past
+// it), else "run 1/2" of the runs seen.
 func (m Model) runPosition(r sessions.Run) string {
 	if r.Wake != nil {
 		return r.Wake.String() // "wake 2/5 (level 1)"
@@ -224,37 +224,86 @@ func spread(left, right string, w int) string {
 	return left + strings.Repeat(" ", w-lw-rw) + right
 }
 
+// footerLine is the tab bar and the mode's keys. Names shorten, then
+// only the focused pane keeps its name, and keys drop from the front
+// (tab first), until the line fits: every pane stays reachable by its
+// number and "? help" stays.
 func (m Model) footerLine(w int) string {
+	keys := m.ctx.keys.ShortHelp()
+	h := m.help
+	h.Width = 0 // the footer fits the line itself
+	for _, names := range []int{tabFull, tabShort, tabFocused} {
+		tabs := m.tabBar(names)
+		for drop := 0; drop < len(keys)-1; drop++ {
+			right := h.ShortHelpView(keys[drop:])
+			if widthOf(tabs)+2+widthOf(right) <= w {
+				return spread(tabs, right, w)
+			}
+		}
+	}
+	return spread(m.tabBar(tabFocused), h.ShortHelpView(keys[len(keys)-2:]), w)
+}
+
+// Tab bar styles, widest first.
+const (
+	tabFull    = iota // "1 Cold start"
+	tabShort          // "1 Cold"
+	tabFocused        // the focused pane's name, numbers for the others
+)
+
+func (m Model) tabBar(names int) string {
 	t := m.ctx.theme
 	var b strings.Builder
 	for i := range m.panes {
-		name := fmt.Sprintf("%d %s", i+1, m.pane(i).title())
-		if w < gridMinW && i != m.focus {
-			name = itoa(i + 1) // narrow: names only for the focused pane
+		title := m.pane(i).title()
+		switch {
+		case names == tabShort || names == tabFocused && i == m.focus:
+			title = shortTitle(title)
+		case names == tabFocused:
+			title = ""
 		}
-		if i == m.focus {
-			if t.color {
-				b.WriteString(t.render(t.borderFocus, " "+name+" "))
-			} else {
-				b.WriteString("[" + name + "]")
-			}
-		} else {
-			b.WriteString(t.render(t.dim, " "+name+" "))
+		name := strings.TrimSpace(itoa(i+1) + " " + title)
+		// One space between names; the focused one is set off by its
+		// color and a space each side, or by brackets.
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch {
+		case i == m.focus && t.color:
+			b.WriteString(t.render(t.borderFocus, " "+name+" "))
+		case i == m.focus:
+			b.WriteString("[" + name + "]")
+		default:
+			b.WriteString(t.render(t.dim, name))
 		}
 	}
-	right := m.help.ShortHelpView(m.ctx.keys.ShortHelp())
-	return spread(b.String(), right, w)
+	return b.String()
+}
+
+// shortTitle is a pane's name for a narrow tab bar.
+func shortTitle(title string) string {
+	switch title {
+	case "Cold start":
+		return "Cold"
+	case "Requests":
+		return "Reqs"
+	case "Diagnosis":
+		return "Diag"
+	case "Session":
+		return "Sess"
+	}
+	return title
 }
 
 // position is the session offset the header shows: the live clock, else
 // the replay position (a --fast replay has no clock, so the last event),
-// else the last event.
+// which stops at the session's end, else the last event.
 func (m Model) position() time.Duration {
 	switch {
 	case m.opts.Clock != nil:
 		return m.opts.Clock()
 	case m.opts.Replay != nil && m.opts.Replay.Speed() > 0:
-		return m.opts.Replay.Position()
+		return min(m.opts.Replay.Position(), m.opts.Replay.Duration())
 	}
 	return m.st.last
 }

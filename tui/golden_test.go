@@ -15,6 +15,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/muesli/termenv"
 
+	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -22,12 +23,16 @@ import (
 func fixtureModel(t testing.TB, w, h int) Model {
 	t.Helper()
 	s := loadFixture(t)
-	m := NewModel(Options{Header: s.Header, NoColor: true})
+	m := NewModel(Options{Header: s.Header, NoColor: true, File: fixtureFile})
 	m.applyEvents(s.Events)
 	m.analyzeNow(true)
 	mm, _ := m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	return mm.(Model)
 }
+
+// fixtureFile is where the fixture's session file lives, as the Session
+// pane shows it.
+const fixtureFile = "/home/dev/.local/share/treni-top/sessions/20261122-030000-treni.jsonl"
 
 func press(m Model, keys ...string) Model {
 	for _, k := range keys {
@@ -97,9 +102,11 @@ func TestGoldenPanes(t *testing.T) {
 	}
 }
 
-// TestGoldenGrid renders the all-panes layout at 160×48 and 200×60.
+// TestGoldenGrid renders the all-panes layout at 120×36 (the smallest
+// grid: the requests pane keeps its tokens column, the warm E2E row and the
+// cold penalty), 160×48 and 200×60.
 func TestGoldenGrid(t *testing.T) {
-	for _, sz := range [][2]int{{160, 48}, {200, 60}} {
+	for _, sz := range [][2]int{{120, 36}, {160, 48}, {200, 60}} {
 		name := fmt.Sprintf("grid_%dx%d", sz[0], sz[1])
 		t.Run(name, func(t *testing.T) {
 			checkGolden(t, name, fixtureModel(t, sz[0], sz[1]).View(), sz[0], sz[1])
@@ -366,15 +373,29 @@ func TestEventFloodIsBatched(t *testing.T) {
 	}
 }
 
-// TestRunSelection appends a second cold run (as `r` would) and checks the
-// panes follow the latest run until [ selects the first.
-func TestRunSelection(t *testing.T) {
+// twoRunModel is the fixture with a second cold run appended (as `r`
+// would add one) ten seconds later: only its cold request, and its
+// weights already in the page cache (no eviction, all resident), so its
+// diagnosis differs from the first run's.
+func twoRunModel(t testing.TB, w, h int) Model {
+	t.Helper()
 	s := loadFixture(t)
-	m := fixtureModel(t, 160, 48)
+	m := fixtureModel(t, w, h)
 	var second []trace.Event
 	for _, e := range s.Events {
-		if e.Kind == trace.KindRequest && e.Request.Phase != trace.PhaseCold {
+		switch {
+		case e.Kind == trace.KindRequest && e.Request.Phase != trace.PhaseCold:
 			continue // the second run has only its cold request
+		case e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerEvicted:
+			continue
+		case e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerResidency:
+			mk := *e.Marker
+			mk.Attrs = trace.Attrs{"resident_bytes": mk.Attrs["total_bytes"], "total_bytes": mk.Attrs["total_bytes"], "when": "before_launch"}
+			e.Marker = &mk
+		case e.Kind == trace.KindSample && e.Sample.Source == trace.SourcePageCache:
+			sm := *e.Sample
+			sm.Values = map[string]float64{trace.MetricResidentBytes: sm.Values[trace.MetricWeightBytes], trace.MetricWeightBytes: sm.Values[trace.MetricWeightBytes]}
+			e.Sample = &sm
 		}
 		e.Run = 1
 		e.At += 10 * time.Second
@@ -393,16 +414,58 @@ func TestRunSelection(t *testing.T) {
 	}
 	m.applyEvents(second)
 	m.analyzeNow(true)
-	if v := m.View(); !strings.Contains(v, "run 2/2") || !strings.Contains(v, "1 Cold start · run 1") {
-		t.Errorf("latest run not shown:\n%s", v)
+	return m
+}
+
+// TestRunSelection checks the panes follow the latest run until [
+// selects the first, and that every pane then shows that run under one
+// 1-based numbering: the header, the waterfall, requests and diagnosis
+// titles, the diagnosis itself and the session pane's mark.
+func TestRunSelection(t *testing.T) {
+	m := twoRunModel(t, 160, 48)
+	latest := m.st.diagnosis(-1)
+	first := sessions.DiagnoseRun(m.st.events, m.st.runs[0])
+	if latest.Dominant == first.Dominant {
+		t.Fatalf("the fixture's runs should be diagnosed differently, both %q", latest.Dominant)
+	}
+	diagTitle := func(d sessions.Diagnosis) string {
+		hy, _ := d.Hypothesis(d.Dominant)
+		return "diagnosis " + hy.Code + ": " + hy.Title
+	}
+	v := m.View()
+	for _, want := range []string{"run 2/2 · cold", "1 Cold start · run 2/2", "3 Requests · run 2/2", "4 Diagnosis · run 2/2", "▶ 2 ", diagTitle(latest)} {
+		if !strings.Contains(v, want) {
+			t.Errorf("latest run: frame lacks %q:\n%s", want, v)
+		}
 	}
 	m = press(m, "[")
-	if v := m.View(); !strings.Contains(v, "run 1/2") || !strings.Contains(v, "warm_5") {
-		t.Errorf("[ should show run 0 with its warm requests:\n%s", v)
+	v = m.View()
+	for _, want := range []string{"run 1/2 · cold", "1 Cold start · run 1/2", "3 Requests · run 1/2", "4 Diagnosis · run 1/2", "▶ 1 ", "warm_5", diagTitle(first), first.Summary[:40]} {
+		if !strings.Contains(v, want) {
+			t.Errorf("[ (run 1): frame lacks %q:\n%s", want, v)
+		}
+	}
+	if strings.Contains(v, diagTitle(latest)) {
+		t.Errorf("[ (run 1): the frame still shows the latest run's diagnosis:\n%s", v)
 	}
 	m = press(m, "]")
 	if m.ctx.runSel != -1 {
 		t.Errorf("] past the last run should follow the latest again, runSel=%d", m.ctx.runSel)
+	}
+}
+
+// TestGoldenRunSelected renders the first of two runs selected with [ at
+// the three sizes: one numbering, and that run's diagnosis everywhere.
+func TestGoldenRunSelected(t *testing.T) {
+	for _, sz := range [][2]int{{80, 24}, {120, 36}, {160, 48}} {
+		name := fmt.Sprintf("run_selected_%dx%d", sz[0], sz[1])
+		t.Run(name, func(t *testing.T) {
+			m := press(twoRunModel(t, sz[0], sz[1]), "[")
+			if sz[0] < gridMinW {
+				m = press(m, "4") // one pane at a time: the diagnosis
+			}
+			checkGolden(t, name, m.View(), sz[0], sz[1])
+		})
 	}
 }
 
@@ -504,7 +567,7 @@ func TestStreamingRequestShown(t *testing.T) {
 		FirstToken: 12 * time.Millisecond, Tokens: []time.Duration{12 * time.Millisecond, 18 * time.Millisecond}}}})
 	m.analyzeNow(false)
 	v := m.View()
-	if !strings.Contains(v, "warm_6     streaming… TTFT 12.0 ms · 2 tokens so far") || !strings.Contains(v, "● probing") {
+	if !strings.Contains(v, "warm_6    streaming… TTFT 12.0 ms · 2 tokens so far") || !strings.Contains(v, "● probing") {
 		t.Errorf("in-flight request not shown:\n%s", v)
 	}
 }

@@ -8,22 +8,25 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/trace/stat"
 )
 
 // logView is the target's output: a scrollable list that follows the tail
-// until the user scrolls up, with / search and stage lines marked.
+// until the user scrolls up, with / search and stage lines marked. Lines
+// longer than the pane wrap under their text (the time stamp column stays
+// clear), so nothing a server printed is cut.
 //
 // It keeps its own scroll offset instead of bubbles' viewport: the viewport
 // re-splits and re-measures its whole content on every SetContent, which
 // for a 20,000-line live tail would cost tens of milliseconds per new line.
-// Here lines are formatted once, as they arrive, and only the visible ones
-// are measured (by the frame).
+// Here lines are prepared once, as they arrive, and only the visible ones
+// are wrapped and measured.
 type logView struct {
 	off    int // index of the first visible line
-	height int // visible lines at the last render
+	height int // visible rows at the last render
 	follow bool
 
 	searching bool
@@ -35,16 +38,30 @@ type logView struct {
 	matches []int // line indexes that contain the query
 	cur     int   // index into matches
 
-	lines   []string // formatted st.logs[i] for i in [0, len(lines))
-	dropped int      // st.logDropped the lines were built against
+	lines   []logEntry // st.logs[i] prepared, for i in [0, len(lines))
+	dropped int        // st.logDropped the lines were built against
 	builtQ  string
 }
+
+// logEntry is one log line ready to draw: its styled prefix (time stamp
+// and mark, logPrefixW cells) and its plain text, drawn dim (stderr) or
+// with its leading stage tag ("[page_cache]", tag cells) marked.
+type logEntry struct {
+	prefix string
+	text   string
+	tag    int
+	dim    bool
+}
+
+// logPrefixW is the width of "   1.234s ▸ ": continuation rows are
+// indented by it.
+const logPrefixW = 12
 
 func newLogView() *logView { return &logView{follow: true, height: 10} }
 
 func (logView) title() string { return "Log" }
 
-// sync formats the lines that arrived since the last call; a new query or
+// sync prepares the lines that arrived since the last call; a new query or
 // lines dropped from the front of the buffer rebuild everything.
 func (l *logView) sync(c *programContext, st *state, h int) {
 	l.height = max(h, 1)
@@ -56,14 +73,12 @@ func (l *logView) sync(c *programContext, st *state, h int) {
 	q := strings.ToLower(l.query)
 	for i := len(l.lines); i < len(st.logs); i++ {
 		ln := st.logs[i]
+		e := logEntry{text: ln.text, dim: ln.stream == "stderr" && ln.stage == ""}
 		mark := "  "
-		text := ln.text
 		if ln.stage != "" {
 			mark = t.render(t.stageMark, "▸ ")
-			text = t.render(t.stageMark, "["+string(ln.stage)+"]") + " " + stageLineText(text)
-		}
-		if ln.stream == "stderr" && ln.stage == "" {
-			text = t.render(t.dim, text)
+			tag := "[" + string(ln.stage) + "]"
+			e.text, e.tag = tag+" "+stageLineText(ln.text), len(tag)
 		}
 		stamp := fmt.Sprintf("%8.3fs", ln.at.Seconds())
 		if q != "" && strings.Contains(strings.ToLower(ln.text), q) {
@@ -71,12 +86,39 @@ func (l *logView) sync(c *programContext, st *state, h int) {
 			// A match is marked by a glyph as well, so it shows under NO_COLOR.
 			stamp, mark = t.render(t.match, stamp), t.render(t.match, "»")+" "
 		}
-		l.lines = append(l.lines, stamp+" "+mark+text)
+		e.prefix = stamp + " " + mark
+		l.lines = append(l.lines, e)
 	}
 	if l.follow {
 		l.off = l.maxOff()
 	}
 	l.off = min(max(l.off, 0), l.maxOff())
+}
+
+// rows draws line i wrapped to width w: the prefix and the text's first
+// part, then the rest indented under the text.
+func (l *logView) rows(t *theme, i, w int) []string {
+	e := l.lines[i]
+	parts := []string{e.text}
+	if bw := w - logPrefixW; bw >= 8 && widthOf(e.text) > bw {
+		// Narrower than that, wrapping would not help: the frame cuts.
+		parts = strings.Split(ansi.Wrap(e.text, bw, ""), "\n")
+	}
+	out := make([]string, len(parts))
+	for k, p := range parts {
+		switch {
+		case k == 0 && e.tag > 0 && len(p) >= e.tag:
+			p = t.render(t.stageMark, p[:e.tag]) + p[e.tag:]
+		case e.dim:
+			p = t.render(t.dim, p)
+		}
+		if k == 0 {
+			out[k] = e.prefix + p
+		} else {
+			out[k] = strings.Repeat(" ", logPrefixW) + p
+		}
+	}
+	return out
 }
 
 func (l *logView) maxOff() int { return max(len(l.lines)-l.height, 0) }
@@ -90,8 +132,21 @@ func (l *logView) view(c *programContext, st *state, w, h int) []string {
 	if len(st.logs) == 0 {
 		return []string{t.render(t.dim, "no output from the target yet")}
 	}
-	end := min(l.off+l.height, len(l.lines))
-	out := append([]string(nil), l.lines[min(l.off, end):end]...)
+	var out []string
+	if l.follow || l.off >= l.maxOff() {
+		// The tail: wrap lines from the last one up until the pane is full.
+		for i := len(l.lines) - 1; i >= 0 && len(out) < l.height; i-- {
+			out = append(l.rows(t, i, w), out...)
+		}
+		if len(out) > l.height {
+			out = out[len(out)-l.height:]
+		}
+	} else {
+		for i := l.off; i < len(l.lines) && len(out) < l.height; i++ {
+			out = append(out, l.rows(t, i, w)...)
+		}
+		out = out[:min(len(out), l.height)]
+	}
 	for len(out) < h-1 {
 		out = append(out, "")
 	}

@@ -56,6 +56,8 @@ type programContext struct {
 	header        sessions.Header
 	// runSel is the run the panes show; -1 follows the latest.
 	runSel int
+	// file is the session file (Options.File).
+	file string
 	// boxes and charts memoize rendered panes and plots, so a frame
 	// redrawn for a clock tick or a batch of samples re-renders only what
 	// those changed (an idle target redraws every second).
@@ -141,6 +143,8 @@ type Model struct {
 	// waitStatus is the status a health_wait marker set, cleared with it
 	// once the target is healthy (statusFromMarkers).
 	waitStatus string
+	// replayDone: the replay was at its end at the last tick.
+	replayDone bool
 }
 
 func newModel(opts Options, probeBackground bool) Model {
@@ -155,7 +159,7 @@ func newModel(opts Options, probeBackground bool) Model {
 			th = newTheme(out, false, true)
 		}
 	}
-	ctx := &programContext{theme: th, keys: newKeyMap(), header: opts.Header, runSel: -1,
+	ctx := &programContext{theme: th, keys: newKeyMap(modeOf(opts)), header: opts.Header, runSel: -1, file: opts.File,
 		boxes: map[int]boxMemo{}, charts: map[string]chartMemo{}}
 	lv := newLogView()
 	h := help.New()
@@ -327,6 +331,32 @@ func (m *Model) onTick() {
 		m.st.dirty = true
 		m.analyzeNow(false)
 	}
+	m.replayEnd()
+}
+
+// replayDoneStatus is the status line of a replay at its end that can
+// still be rewound (sessions.ReplayOptions.WaitAtEnd).
+const replayDoneStatus = "replay finished · ← or shift+← rewinds · q quits"
+
+// replayEnd notices a replay reaching its end (it stays open for a seek
+// back, so the event stream does not end): the final analysis, as for a
+// closed stream, and a status that says so; a seek back clears it.
+func (m *Model) replayEnd() {
+	rp := m.opts.Replay
+	if rp == nil || m.closed {
+		return
+	}
+	done := rp.Done()
+	switch {
+	case done && !m.replayDone:
+		if !m.paused {
+			m.analyzeNow(true)
+		}
+		m.status = replayDoneStatus
+	case !done && m.replayDone && m.status == replayDoneStatus:
+		m.status = ""
+	}
+	m.replayDone = done
 }
 
 // clockDue does the tick's work for a batch of events when a tick period

@@ -142,12 +142,18 @@ func (m *Model) replayKey(msg tea.KeyMsg) {
 		return
 	}
 	seek := func(d time.Duration) {
-		r.Seek(r.Position() + d)
-		m.status = "seek to " + stat.FormatDuration(max(r.Position()+d, 0))
+		to := min(max(r.Position()+d, 0), r.Duration())
+		r.Seek(to)
+		m.status = "seek to " + stat.FormatDuration(to)
+		m.replayDone = false // reaching the end again says so again
 	}
 	switch {
 	case key.Matches(msg, k.ReplayPause):
 		r.SetPaused(!r.Paused())
+		m.status = "replay resumed"
+		if r.Paused() {
+			m.status = "replay paused · space resumes"
+		}
 	case key.Matches(msg, k.Faster, k.Slower):
 		s := r.Speed()
 		if s == 0 {

@@ -44,7 +44,7 @@ func TestReplayFast(t *testing.T) {
 	}
 	v := fm.View()
 	for _, want := range []string{"cuda_init", "page_cache", "decoder_tensor_upload", "graph_capture", "unattributed",
-		"cold_1         96.4", "warm_5         12.1", "cold TTFT 96.4 ms", "replay ▶ fast 5.60 s / 5.60 s"} {
+		"cold_1        96.4", "warm_5        12.1", "cold TTFT 96.4 ms", "replay ▶ fast 5.60 s / 5.60 s"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("final replay frame lacks %q:\n%s", want, v)
 		}

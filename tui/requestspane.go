@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/trace/stat"
@@ -15,90 +17,124 @@ type requestsPane struct{}
 
 func (requestsPane) title() string { return "Requests" }
 
+// Column widths: six millisecond columns and the token count; the label
+// takes what they leave, up to its longest.
+const (
+	reqNumW, reqTokW, reqMinLabelW = 8, 7, 10
+	reqUnit                        = "  ms"
+)
+
 func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 	t := c.theme
 	r, ok := st.run(c.runSel)
-	var live []string
+	var s sessions.RequestSummary
+	var inflight []trace.Request
 	if ok {
-		for _, q := range st.streaming(r.Index) {
-			label := q.Label
-			if label == "" {
-				label = q.ID
-			}
-			l := padRight(label, 10) + " streaming…"
-			if q.FirstToken > 0 {
-				l += fmt.Sprintf(" TTFT %s ms", stat.FormatMS(float64(q.FirstToken)/1e6))
-			}
-			if n := len(q.Tokens); n > 0 {
-				l += fmt.Sprintf(" · %d tokens so far", n)
-			}
-			live = append(live, t.render(t.accent, l))
-		}
+		s = sessions.SummarizeRequests(r.Requests)
+		inflight = st.streaming(r.Index)
 	}
-	if !ok || len(r.Requests) == 0 {
+	longest := 0
+	for _, q := range s.Rows {
+		longest = max(longest, widthOf(q.Label))
+	}
+	for _, q := range inflight {
+		longest = max(longest, widthOf(requestLabel(q)))
+	}
+	labelW := min(max(longest+1, reqMinLabelW), max(w-6*reqNumW-reqTokW, reqMinLabelW))
+	var live []string
+	for _, q := range inflight {
+		l := padRight(fitLabel(requestLabel(q), labelW-1), labelW) + "streaming…"
+		if q.FirstToken > 0 {
+			l += fmt.Sprintf(" TTFT %s ms", stat.FormatMS(float64(q.FirstToken)/1e6))
+		}
+		if n := len(q.Tokens); n > 0 {
+			l += fmt.Sprintf(" · %d tokens so far", n)
+		}
+		live = append(live, t.render(t.accent, l))
+	}
+	if len(s.Rows) == 0 {
 		if len(live) > 0 {
 			return live
 		}
 		return []string{t.render(t.dim, "no requests yet — the cold request is sent once the target is healthy")}
 	}
-	s := sessions.SummarizeRequests(r.Requests)
-	cols := []string{"request", "TTFT", "TTFB", "ITL p50", "ITL p99", "TPOT", "E2E", "tokens"}
-	widths := []int{10, 9, 9, 9, 9, 9, 9, 7}
+	widths := []int{labelW, reqNumW, reqNumW, reqNumW, reqNumW, reqNumW, reqNumW, reqTokW}
 	row := func(cells []string) string {
 		var b strings.Builder
 		for i, cell := range cells {
 			if i == 0 {
-				b.WriteString(padRight(cell, widths[i]))
+				b.WriteString(padRight(fitLabel(cell, labelW-1), widths[i]))
 			} else {
 				b.WriteString(padLeft(cell, widths[i]))
 			}
 		}
 		return b.String()
 	}
-	lines := []string{t.render(t.bold, row(cols)) + t.render(t.dim, "  ms")}
-	// Footer: warm stats (4 lines + header) and the penalty line.
-	var foot []string
+	head := t.render(t.bold, row([]string{"request", "TTFT", "TTFB", "ITL p50", "ITL p99", "TPOT", "E2E", "tokens"}))
+	if labelW+6*reqNumW+reqTokW+len(reqUnit) <= w {
+		head += t.render(t.dim, reqUnit)
+	}
+
+	// The summary under the table, each line with the rank at which it
+	// gives way when the pane is short (highest first): the cold penalty
+	// and the warm TTFT and E2E stay longest.
+	type footLine struct {
+		drop int
+		text string
+	}
+	var foot []footLine
 	if s.WarmTTFT.N > 0 {
-		foot = append(foot, t.render(t.bold, row([]string{fmt.Sprintf("warm n=%d", s.WarmTTFT.N), "min", "median", "max", "spread"})))
-		stat := func(name string, x sessions.Stats) string {
+		foot = append(foot, footLine{2, t.render(t.bold, row([]string{fmt.Sprintf("warm n=%d", s.WarmTTFT.N), "min", "median", "max", "spread"}))})
+		stats := func(drop int, name string, x sessions.Stats) footLine {
 			if x.N == 0 {
-				return row([]string{name, "—", "—", "—", "—"})
+				return footLine{drop, row([]string{name, "—", "—", "—", "—"})}
 			}
-			return row([]string{name, stat.FormatMeasuredMS(x.Min), stat.FormatMeasuredMS(x.Median), stat.FormatMeasuredMS(x.Max), pct(x.Spread)})
+			return footLine{drop, row([]string{name, stat.FormatMeasuredMS(x.Min), stat.FormatMeasuredMS(x.Median), stat.FormatMeasuredMS(x.Max), pct(x.Spread)})}
 		}
-		foot = append(foot, stat("TTFT", s.WarmTTFT), stat("ITL", s.WarmITL), stat("TPOT", s.WarmTPOT), stat("E2E", s.WarmE2E))
+		foot = append(foot, stats(4, "TTFT", s.WarmTTFT), stats(6, "ITL", s.WarmITL), stats(7, "TPOT", s.WarmTPOT), stats(3, "E2E", s.WarmE2E))
 	}
 	switch {
 	case s.ColdPenalty > 0:
-		foot = append(foot, t.render(t.warn, fmt.Sprintf("cold penalty: cold TTFT ÷ warm median TTFT = %.1f×  (E2E %.1f×)", s.ColdPenalty, s.ColdPenaltyE2E)))
+		foot = append(foot, footLine{0, t.render(t.warn, fmt.Sprintf("cold penalty: cold TTFT ÷ warm median TTFT = %.1f×  (E2E %.1f×)", s.ColdPenalty, s.ColdPenaltyE2E))})
 	case s.Cold != nil:
-		foot = append(foot, t.render(t.dim, "cold penalty: needs at least one warm request"))
+		foot = append(foot, footLine{0, t.render(t.dim, "cold penalty: needs at least one warm request")})
 	}
 	if s.Errors > 0 {
-		foot = append(foot, t.render(t.bad, fmt.Sprintf("%d request(s) failed", s.Errors)))
+		foot = append(foot, footLine{1, t.render(t.bad, fmt.Sprintf("%d request(s) failed", s.Errors))})
 	}
-	room := h - len(lines) - len(foot) - len(live) - 1
+	// Keep at least one request row: drop summary lines until it fits.
+	budget := h - 1 - len(live)
+	for len(foot) > 0 && budget-len(foot) < 1 {
+		worst := 0
+		for i, f := range foot {
+			if f.drop > foot[worst].drop {
+				worst = i
+			}
+		}
+		foot = append(foot[:worst], foot[worst+1:]...)
+	}
+	room := max(budget-len(foot), 1)
+
 	rows := s.Rows
-	skipped := 0
-	if room < 3 {
-		room = 3
-	}
+	var more string
 	if len(rows) > room {
-		// Keep the first (cold) row and the most recent ones; the "… n
-		// earlier" line takes one row.
-		keep := room - 2
-		skipped = len(rows) - 1 - keep
+		// Keep the first (cold) row and the most recent ones; a line says
+		// how many are not shown when there is room for it.
+		keep := max(room-2, 0)
+		if room >= 2 {
+			more = t.render(t.dim, fmt.Sprintf("  … %d more · z zooms", len(rows)-1-keep))
+		}
 		rows = append([]sessions.RequestRow{rows[0]}, rows[len(rows)-keep:]...)
 	}
+	lines := []string{head}
 	for i, q := range rows {
-		if skipped > 0 && i == 1 {
-			lines = append(lines, t.render(t.dim, fmt.Sprintf("  … %d earlier", skipped)))
+		if more != "" && i == 1 {
+			lines = append(lines, more)
 		}
-		cells := []string{q.Label, stat.FormatMS(q.TTFT), stat.FormatMS(q.TTFB), stat.FormatMS(q.ITLP50), stat.FormatMS(q.ITLP99), stat.FormatMS(q.TPOT), stat.FormatMS(q.E2E), itoa(q.Tokens)}
-		l := row(cells)
+		l := row([]string{q.Label, stat.FormatMS(q.TTFT), stat.FormatMS(q.TTFB), stat.FormatMS(q.ITLP50), stat.FormatMS(q.ITLP99), stat.FormatMS(q.TPOT), stat.FormatMS(q.E2E), itoa(q.Tokens)})
 		switch {
 		case q.Error != "":
-			l = t.render(t.bad, padRight(q.Label, widths[0])+" error: "+q.Error)
+			l = t.render(t.bad, padRight(fitLabel(q.Label, labelW-1), labelW)+"error: "+q.Error)
 		case q.Phase == trace.PhaseCold:
 			l = t.render(t.warn, l)
 		case q.Phase == trace.PhaseWarmup:
@@ -106,12 +142,40 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 		}
 		lines = append(lines, l)
 	}
+	if more != "" && len(rows) == 1 {
+		lines = append(lines, more)
+	}
 	lines = append(lines, live...)
 	if len(foot) > 0 {
 		if len(lines)+len(foot) < h {
 			lines = append(lines, "")
 		}
-		lines = append(lines, foot...)
+		for _, f := range foot {
+			lines = append(lines, f.text)
+		}
 	}
 	return lines
+}
+
+// requestLabel is how a request is named in the table.
+func requestLabel(q trace.Request) string {
+	if q.Label != "" {
+		return q.Label
+	}
+	return q.ID
+}
+
+// fitLabel shortens a label to w cells keeping its last "/" part, which
+// tells requests apart (a bench request's index: continuous_batching/run1/12
+// becomes continuous_batch…/12, not continuou…).
+func fitLabel(label string, w int) string {
+	if widthOf(label) <= w {
+		return label
+	}
+	i := strings.LastIndexByte(label, '/')
+	if i < 0 || widthOf(label[i:])+2 > w {
+		return fit(label, w)
+	}
+	tail := label[i:]
+	return ansi.Truncate(label[:i], w-widthOf(tail)-1, "") + "…" + tail
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/treni-top/treni-top/trace/stat"
 )
 
-// sessionPane (the "Session" pane) lists the session's cold runs and the
-// facts of the header.
+// sessionPane (the "Session" pane) lists the session's file, its cold
+// runs and the facts of the header.
 type sessionPane struct{}
 
 func (sessionPane) title() string { return "Session" }
@@ -16,6 +16,7 @@ func (sessionPane) view(c *programContext, st *state, w, h int) []string {
 	t := c.theme
 	hd := c.header
 	var lines []string
+	lines = append(lines, fileLine(t, c.keys.mode, c.file, w))
 	host := hd.Host.Hostname
 	if host == "" {
 		host = "?"
@@ -51,11 +52,35 @@ func (sessionPane) view(c *programContext, st *state, w, h int) []string {
 		if r.Index == sel.Index {
 			mark = "▶ "
 		}
-		lines = append(lines, padRight(mark+itoa(r.Index), 5)+padLeft(stat.FormatDuration(r.ColdTotal()), 10)+padLeft(healthy, 10)+
+		lines = append(lines, padRight(mark+itoa(r.Index+1), 5)+padLeft(stat.FormatDuration(r.ColdTotal()), 10)+padLeft(healthy, 10)+
 			padLeft(itoa(len(r.Requests)), 6)+"  "+padRight(string(r.Attribution.Dominant), 22)+" "+exit)
 	}
 	if len(st.runs) > 1 {
 		lines = append(lines, t.render(t.dim, "[ and ] choose the run the other panes show"))
 	}
 	return lines
+}
+
+// fileLine says where the session is kept: the file being recorded or
+// replayed, its directory cut from the left when the line is short so the
+// file's name stays.
+func fileLine(t *theme, md mode, file string, w int) string {
+	verb := "file"
+	switch md {
+	case modeReplay:
+		verb = "replaying"
+	case modeLive, modeAttach, modeBench:
+		verb = "recording"
+		if file == "" {
+			return t.render(t.dim, "not recorded (--no-record)")
+		}
+	}
+	if file == "" {
+		return t.render(t.dim, "no session file")
+	}
+	if room := w - widthOf(verb) - 1; widthOf(file) > room && room > 1 {
+		r := []rune(file)
+		file = "…" + string(r[len(r)-(room-1):])
+	}
+	return verb + " " + file
 }

@@ -77,11 +77,18 @@ type state struct {
 	// probing state and the requests pane's streaming rows.
 	inflight map[string]inflightReq
 
-	runs    []sessions.Run
+	runs []sessions.Run
+	// diag is the latest run's diagnosis; selDiag an earlier run's, when
+	// one is selected ([), recomputed when diag is (see diagnosis).
 	diag    sessions.Diagnosis
 	diagAt  time.Time
 	hasDiag bool
-	dirty   bool // non-sample events applied since the last analyze
+	selDiag struct {
+		run int
+		at  time.Time
+		d   sessions.Diagnosis
+	}
+	dirty bool // non-sample events applied since the last analyze
 	// samplesDirty: samples applied since the last diagnosis.
 	samplesDirty bool
 	// diagStale: non-sample events applied since the last diagnosis. It
@@ -212,6 +219,20 @@ func (s *state) run(sel int) (sessions.Run, bool) {
 		return s.runs[len(s.runs)-1], true
 	}
 	return s.runs[sel], true
+}
+
+// diagnosis is the selected run's diagnosis (sel as in run): the latest
+// run's is kept up to date by analyze; an earlier run's is computed when
+// first asked for and again only after analyze diagnosed anew.
+func (s *state) diagnosis(sel int) sessions.Diagnosis {
+	r, ok := s.run(sel)
+	if !ok || r.Index == s.runs[len(s.runs)-1].Index {
+		return s.diag
+	}
+	if c := &s.selDiag; c.run != r.Index || !c.at.Equal(s.diagAt) || c.d.Hypotheses == nil {
+		c.run, c.at, c.d = r.Index, s.diagAt, sessions.DiagnoseRun(s.events, r)
+	}
+	return s.selDiag.d
 }
 
 // allRequests are the finished requests of every run, in send order, for

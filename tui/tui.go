@@ -63,6 +63,10 @@ type ReplayControl interface {
 	Position() time.Duration
 	// Duration is the offset of the session's last event.
 	Duration() time.Duration
+	// Done reports whether every event has been emitted (the replay is at
+	// its end and, with sessions.ReplayOptions.WaitAtEnd, waits for a seek
+	// back).
+	Done() bool
 }
 
 // Options configure the program.
@@ -92,6 +96,10 @@ type Options struct {
 	// pane becomes the bench pane and reads it once a second. Sessions whose
 	// events hold bench runs show that pane without it.
 	Bench BenchProgress
+	// File is the session file: the one being recorded (run, attach,
+	// bench) or replayed; empty when the live session is not recorded.
+	// The Session pane shows it.
+	File string
 	// Input and Output default to the terminal (tests set them).
 	Input  io.Reader
 	Output io.Writer

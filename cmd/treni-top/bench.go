@@ -233,7 +233,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 		uiSub := l.UISub()
 		uiDone = make(chan error, 1)
 		go func() {
-			err := tui.Run(ctx, tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now})
+			err := tui.Run(ctx, tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now, File: l.Path()})
 			uiSub.Cancel()
 			cancelBench()
 			uiDone <- err

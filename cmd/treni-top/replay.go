@@ -34,12 +34,14 @@ prints the report as JSON.`,
 			if headless && !cmd.Flags().Changed("speed") {
 				fast = true // CI wants the report, not the original pace
 			}
-			rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Speed: speed, Fast: fast})
+			tuiMode := !headless && !asJSON
+			// In the TUI a finished replay waits for a seek back.
+			rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Speed: speed, Fast: fast, WaitAtEnd: tuiMode})
 			ctx := cmd.Context()
 			sub, stop := rp.Play(ctx)
 			defer stop()
-			if !headless && !asJSON {
-				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, NoColor: noColor, Light: light, Mouse: mouse})
+			if tuiMode {
+				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, File: args[0], NoColor: noColor, Light: light, Mouse: mouse})
 			}
 			if headless {
 				// Progress on stderr, as run --headless: stdout carries

@@ -471,7 +471,7 @@ func drive(ctx context.Context, o *liveOptions, r *runner.Runner, l *sessions.Li
 	var ui sessions.UI
 	if !o.headless {
 		ui = func(ctx context.Context, sub *trace.Subscription) error {
-			return tui.Run(ctx, tui.Options{Header: l.Header(), Sub: sub, Controller: r, Clock: clock.Now})
+			return tui.Run(ctx, tui.Options{Header: l.Header(), Sub: sub, Controller: r, Clock: clock.Now, File: l.Path()})
 		}
 	}
 	sess, runErr, fileErr := l.Drive(ctx, r, ui)
