@@ -130,3 +130,30 @@ func TestDoctorFloorsWithoutGPUFails(t *testing.T) {
 		t.Errorf("doctor: exit %d, want 0 (a report of what is missing is not a failure)", got)
 	}
 }
+
+// README's subcommand table names every subcommand (export and completion
+// were missing once).
+func TestREADMEListsEverySubcommand(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" {
+				continue
+			}
+			if len(sub.Commands()) > 0 && sub.Name() != "completion" {
+				walk(sub) // model: its subcommands have the rows
+				continue
+			}
+			path := strings.TrimPrefix(sub.CommandPath(), "treni-top ")
+			if !strings.Contains(readme, "\n| `"+path) {
+				t.Errorf("README's subcommand table has no row for %q", path)
+			}
+		}
+	}
+	walk(newRootCmd())
+}
