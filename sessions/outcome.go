@@ -7,11 +7,11 @@ import (
 )
 
 // Failure says why a live session failed, for the exit status of the
-// command that recorded it (README: 2 is a failure): a cold run that
-// could not complete (a run_failed marker) or a target that exited
-// without treni-top stopping it. Nil when every run ended as asked — a
-// session the user quit or interrupted is not a failure of the target.
-// Runs are named as the TUI numbers them, "run 2 of 3".
+// command that recorded it (README: 2 is a failure): the first run that
+// could not complete (Run.Failed, from its run_failed marker) or whose
+// target exited without treni-top stopping it. Nil when every run ended as
+// asked — a session the user quit or interrupted is not a failure of the
+// target. Runs are named as the TUI numbers them, "run 2 of 3".
 func Failure(events []trace.Event) error {
 	runs := Analyze(events)
 	name := func(i int) string {
@@ -20,13 +20,10 @@ func Failure(events []trace.Event) error {
 		}
 		return fmt.Sprintf("run %d of %d", i+1, len(runs))
 	}
-	for _, e := range events {
-		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerRunFailed {
-			msg, _ := e.Marker.Attrs.String("error")
-			return fmt.Errorf("%s failed: %s", name(e.Run), msg)
-		}
-	}
 	for _, r := range runs {
+		if r.Failed != "" {
+			return fmt.Errorf("%s failed: %s", name(r.Index), r.Failed)
+		}
 		if r.Crashed && r.Exit != nil {
 			how := fmt.Sprintf("exit code %d", r.Exit.ExitCode)
 			if r.Exit.Signal != "" {
