@@ -183,6 +183,35 @@ func TestReplaySpaceFeedback(t *testing.T) {
 	}
 }
 
+// TestReplaySpaceAtEnd: pausing and resuming a replay that is at its end
+// says it is finished again, not "resumed" with nothing left to play.
+func TestReplaySpaceAtEnd(t *testing.T) {
+	s := loadFixture(t)
+	rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Fast: true, WaitAtEnd: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rp.Run(ctx, &collect{})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !rp.Done(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replay did not reach its end")
+		}
+	}
+	m := press(sized(NewModel(Options{Header: s.Header, NoColor: true, Replay: rp}), 80, 24), " ")
+	if m.status != "replay paused · space resumes" {
+		t.Errorf("space at the end: status %q", m.status)
+	}
+	if m = press(m, " "); m.status != replayDoneStatus {
+		t.Errorf("space again at the end: status %q, want %q", m.status, replayDoneStatus)
+	}
+}
+
 // TestReplayRewindAfterEnd plays a replay to its end in the real program:
 // the clock stops at the session's length, the status says it is over,
 // and shift+← still rewinds (the replayer waits at the end for a seek).

@@ -150,9 +150,13 @@ func (m *Model) replayKey(msg tea.KeyMsg) {
 	switch {
 	case key.Matches(msg, k.ReplayPause):
 		r.SetPaused(!r.Paused())
-		m.status = "replay resumed"
-		if r.Paused() {
+		switch {
+		case r.Paused():
 			m.status = "replay paused · space resumes"
+		case r.Done():
+			m.status = replayDoneStatus // nothing left to play
+		default:
+			m.status = "replay resumed"
 		}
 	case key.Matches(msg, k.Faster, k.Slower):
 		s := r.Speed()
