@@ -183,27 +183,55 @@ func TestReplaySpaceFeedback(t *testing.T) {
 	}
 }
 
-// TestReplaySpaceAtEnd: pausing and resuming a replay that is at its end
-// says it is finished again, not "resumed" with nothing left to play.
-func TestReplaySpaceAtEnd(t *testing.T) {
+// finishedReplay is a replay of the fixture that has played to its end
+// and waits there (WaitAtEnd), as the TUI sees it after a tick.
+func finishedReplay(t *testing.T, w, h int) Model {
+	t.Helper()
 	s := loadFixture(t)
 	rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Fast: true, WaitAtEnd: true})
+	sink := &collect{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = rp.Run(ctx, &collect{})
+		_ = rp.Run(ctx, sink)
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		<-done
-	}()
+	})
 	for deadline := time.Now().Add(10 * time.Second); !rp.Done(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the replay did not reach its end")
 		}
 	}
-	m := press(sized(NewModel(Options{Header: s.Header, NoColor: true, Replay: rp}), 80, 24), " ")
+	m := NewModel(Options{Header: s.Header, NoColor: true, Replay: rp, File: "session.jsonl"})
+	sink.mu.Lock()
+	m.applyEvents(sink.evs)
+	sink.mu.Unlock()
+	mm, _ := sized(m, w, h).Update(tickMsg{})
+	return mm.(Model)
+}
+
+// TestGoldenReplayFinished: a replay at its end says so, with how to
+// rewind it, at every size.
+func TestGoldenReplayFinished(t *testing.T) {
+	for _, sz := range goldenSizes {
+		name := fmt.Sprintf("replay_finished_%dx%d", sz[0], sz[1])
+		t.Run(name, func(t *testing.T) {
+			v := finishedReplay(t, sz[0], sz[1]).View()
+			if !strings.Contains(v, replayDoneStatus) || !strings.Contains(v, "5.60 s / 5.60 s") {
+				t.Errorf("finished replay:\n%s", v)
+			}
+			checkGolden(t, name, v, sz[0], sz[1])
+		})
+	}
+}
+
+// TestReplaySpaceAtEnd: pausing and resuming a replay that is at its end
+// says it is finished again, not "resumed" with nothing left to play.
+func TestReplaySpaceAtEnd(t *testing.T) {
+	m := press(finishedReplay(t, 80, 24), " ")
 	if m.status != "replay paused · space resumes" {
 		t.Errorf("space at the end: status %q", m.status)
 	}
