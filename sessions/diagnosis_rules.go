@@ -399,6 +399,10 @@ func ruleF(x *facts, h *Hypothesis) {
 	if len(pts) < 8 {
 		h.Verdict = VerdictInsufficient
 		h.Missing = []string{"load at several concurrencies (treni-top bench)"}
+		if len(pts) > 0 {
+			// A bench ran, too short to compare concurrencies.
+			h.Missing = []string{fmt.Sprintf("at least 8 completed bench requests at several concurrencies (%d here)", len(pts))}
+		}
 		return
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].inflight < pts[j].inflight })

@@ -348,6 +348,20 @@ func TestDiagnoseFailedWake(t *testing.T) {
 	}
 }
 
+// TestDiagnoseQueueingShortBench: a bench of fewer than 8 requests is
+// named as such, not answered with "run treni-top bench".
+func TestDiagnoseQueueingShortBench(t *testing.T) {
+	var ev []trace.Event
+	for i := 0; i < 6; i++ {
+		ev = append(ev, trace.Event{At: d(100), Kind: trace.KindRequest, Request: &trace.Request{ID: fmt.Sprintf("b%d", i), Phase: trace.PhaseBench,
+			Sent: 0, FirstToken: d(40), End: d(90), Tokens: []time.Duration{d(40)}, Done: true}})
+	}
+	f, _ := Diagnose(ev).Hypothesis("F")
+	if m := strings.Join(f.Missing, " "); f.Verdict != VerdictInsufficient || !strings.Contains(m, "at least 8 completed bench requests") || !strings.Contains(m, "(6 here)") {
+		t.Fatalf("F %+v", f)
+	}
+}
+
 // TestDiagnoseQueueingOneConcurrency: a sequential bench (every request
 // sent alone) cannot show queueing: F says what it saw and what is
 // missing, never "(≤0 in flight)".
