@@ -102,9 +102,11 @@ func (requestsPane) view(c *programContext, st *state, w, h int) []string {
 	if s.Errors > 0 {
 		foot = append(foot, footLine{1, t.render(t.bad, fmt.Sprintf("%d request(s) failed", s.Errors))})
 	}
-	// Keep at least one request row: drop summary lines until it fits.
+	// Keep at least one request row, and the line that says how many are
+	// not shown when there are more: drop summary lines until they fit.
 	budget := h - 1 - len(live)
-	for len(foot) > 0 && budget-len(foot) < 1 {
+	need := min(len(s.Rows), 2)
+	for len(foot) > 0 && budget-len(foot) < need {
 		worst := 0
 		for i, f := range foot {
 			if f.drop > foot[worst].drop {
