@@ -146,6 +146,12 @@ type RunFacts struct {
 	// UntimedLog is true for an imported log none of whose lines carried a
 	// timestamp.
 	UntimedLog bool `json:"untimed_log,omitempty"`
+	// Imported is true for a session imported from a server log: nothing
+	// was sampled, and the device is what the log states (LogDevice, the
+	// platform it names; LogGPU: it names a GPU), not this machine.
+	Imported  bool   `json:"imported,omitempty"`
+	LogDevice string `json:"log_device,omitempty"`
+	LogGPU    bool   `json:"log_gpu,omitempty"`
 	// ServerTTFTMeanMS is the server's own mean TTFT over the run's
 	// requests (its /metrics histogram), over ServerTTFTCount first tokens;
 	// ServerQueueMeanMS its mean queue time. Zero when not scraped.
@@ -293,7 +299,7 @@ func rank(d *Diagnosis, rs []rule, rows []*Hypothesis, x *facts) {
 	d.Dominant = giveVerdicts(cold, candidate(cold, x))
 	if x.UntimedLog {
 		// Durations placed by line count are not evidence of time spent.
-		d.Dominant = insufficient(cold, "timestamps in the log (its durations count lines, not time)")
+		d.Dominant = insufficient(cold, "timestamps in the log (without them its stages have an order but no durations)")
 	}
 	if total <= 0 {
 		d.Dominant = insufficient(cold, "a cold window (stages or a cold request)")

@@ -109,6 +109,14 @@ func (c *factCollector) marker(e *trace.Event) {
 		if n, ok := m.Attrs.Float("timed_lines"); ok && n == 0 {
 			c.f.UntimedLog = true
 		}
+	case trace.MarkerLogOrigin:
+		// An imported log: its device is what it states, never the
+		// importing machine's (which sampled nothing of it).
+		c.f.Imported = true
+		c.f.LogDevice, _ = m.Attrs.String("device")
+		if g, _ := m.Attrs.String("gpus"); g != "" {
+			c.f.LogGPU = true
+		}
 	case trace.MarkerResidency:
 		res, ok1 := m.Attrs.Float("resident_bytes")
 		tot, ok2 := m.Attrs.Float("total_bytes")

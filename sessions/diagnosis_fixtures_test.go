@@ -15,7 +15,7 @@ var fixtureVerdicts = map[string]string{
 	"llamacpp/b3892-2024-10-metal-m3max-starcoder15b-hf-download.log":                       "",
 	"llamacpp/b6699-2025-10-cuda-rtx3070-gpt-oss-20b-cpu-moe.log":                           "",
 	"ollama/v0.2x-2026-05-llamarunner-qwen2.5-coder-7b-rtx3060.log":                         "E",
-	"ollama/v0.3.x-2024-11-cpp-runner-granite-8b-m1pro-partial-offload-debug.log":           "D",
+	"ollama/v0.3.x-2024-11-cpp-runner-granite-8b-m1pro-partial-offload-debug.log":           "",
 	"sglang/v0.4.1-docs-send_request-llama3.1-8b-80gb.log":                                  "E",
 	"sglang/v0.5.x-2026-05-docs-ci-llama3.1-8b-lora-nocudagraph.log":                        "E",
 	"sglang/v0.5.x-nightly-2026-08-qwen3-30b-a3b-fp8-h100-engine-startup-timings.log":       "C",

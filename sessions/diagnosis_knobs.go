@@ -105,9 +105,11 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 	}
 	t := target{}
 	switch {
-	case f.HaveGPU:
+	case f.HaveGPU, f.Imported && logOnGPU(f):
 		t.Device = DeviceGPU
-	case noGPU:
+	case noGPU, f.Imported && f.LogDevice == "cpu":
+		// An imported log sampled nothing: only what it states about its
+		// device counts, never this machine's.
 		t.Device = DeviceCPU
 	}
 	switch serverlog.Kind(kind) {
@@ -150,6 +152,15 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 		}
 	}
 	return t
+}
+
+// logOnGPU: an imported log names a GPU or a GPU platform.
+func logOnGPU(f RunFacts) bool {
+	switch f.LogDevice {
+	case "cuda", "rocm", "hip", "metal", "vulkan", "xpu", "tpu", "npu":
+		return true
+	}
+	return f.LogGPU
 }
 
 // builtinTarget reads the built-in engine's device and load mode from its

@@ -14,13 +14,30 @@ import (
 	"time"
 )
 
+// NewImportHeader is the header of an imported log: no facts of the
+// machine that imports it (an import says where the log came from, in
+// Origin, or nothing).
+func NewImportHeader(toolVersion string, created time.Time, target Target, origin Origin) Header {
+	o := origin
+	return Header{Format: FormatName, Version: FormatVersion, ToolVersion: toolVersion, Created: created.Round(0), Target: target, Origin: &o}
+}
+
 // FormatName identifies a treni-top session file in its header line.
 const FormatName = "treni-top-session"
 
 // FormatVersion is the version this build writes. Readers accept any minor
 // version of the same major (unknown fields and event kinds are skipped) and
-// refuse other majors.
-const FormatVersion = "1.0"
+// refuse other majors. 1.1 added the clean-end marker
+// (trace.MarkerSessionEnd) and the header's origin.
+const FormatVersion = "1.1"
+
+// writesEndMarker reports whether a file of format version v ends with the
+// clean-end marker when its recorder closed it (1.1 and later).
+func writesEndMarker(v string) bool {
+	major, minor, _ := strings.Cut(v, ".")
+	m, err := strconv.Atoi(minor)
+	return major == "1" && err == nil && m >= 1
+}
 
 // Header is the first line of a session file.
 type Header struct {
@@ -33,6 +50,9 @@ type Header struct {
 	GPUs       []GPU       `json:"gpus,omitempty"`
 	Target     Target      `json:"target"`
 	ModelFiles []ModelFile `json:"model_files,omitempty"`
+	// Origin is what an imported log states about where it was written;
+	// Host and GPUs then stay empty unless the log states them.
+	Origin *Origin `json:"origin,omitempty"`
 	// Notes are free-form remarks (the import source, a bench workload…).
 	Notes map[string]string `json:"notes,omitempty"`
 
@@ -41,6 +61,31 @@ type Header struct {
 	// the events'; a file holding fewer complete runs than this says the
 	// series stopped at a failed one.
 	ColdRuns int `json:"cold_runs,omitempty"`
+}
+
+// Origin describes where an imported log was written, as far as the log
+// says: never the importing machine.
+type Origin struct {
+	// Source is the log file's path.
+	Source string `json:"source,omitempty"`
+	// Server is the server kind, and Version its version as printed.
+	Server  string `json:"server,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Device is the compute platform the log names (cuda, rocm, metal,
+	// cpu…), GPUs the accelerators it names, TP the tensor-parallel size.
+	Device string   `json:"device,omitempty"`
+	GPUs   []string `json:"gpus,omitempty"`
+	TP     int      `json:"tp,omitempty"`
+	Model  string   `json:"model,omitempty"`
+	// Host is the host a log collector's prefix names (journald), else
+	// empty: unknown.
+	Host string `json:"host,omitempty"`
+	// Wrapper names the collector's prefix the lines carried (docker
+	// compose, docker logs -t, kubectl logs --prefix, journald/syslog).
+	Wrapper string `json:"wrapper,omitempty"`
+	// Clock says where the offsets come from: the server's own stamps,
+	// the collector's, or none (order only).
+	Clock string `json:"clock,omitempty"`
 }
 
 // Host describes the machine the session was recorded on.

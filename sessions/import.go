@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/trace/serverlog"
@@ -21,20 +21,25 @@ type ImportOptions struct {
 	// Kind is the server that wrote the log: auto (or ""), vllm, sglang,
 	// tgi, llama.cpp, ollama or treni.
 	Kind string
-	// Source is where the log came from (its path), kept in
-	// Header.Notes["source"].
+	// Source is where the log came from (its path), kept in the header's
+	// origin.
 	Source string
 	// ToolVersion goes into the header.
 	ToolVersion string
 	// Ref completes timestamps that omit the year (vLLM) or the zone
-	// (Ollama's gin lines): pass when the log was written. Zero means now;
-	// ImportFile uses the file's modification time.
+	// (Ollama's gin lines), and bounds plausible ones: pass when the log
+	// was written. Zero means now; ImportFile uses the file's
+	// modification time.
 	Ref time.Time
 }
 
 // ErrUnknownServer is wrapped by Import when --kind auto cannot tell which
 // server wrote the log.
 var ErrUnknownServer = errors.New("cannot tell which server wrote the log")
+
+// ErrWrongKind is wrapped by Import when the --kind given recognises no
+// line of the log.
+var ErrWrongKind = errors.New("the log is not of the kind given")
 
 // ErrNotLog is wrapped by Import for input that is not a text log (empty,
 // binary).
@@ -43,155 +48,599 @@ var ErrNotLog = errors.New("not a text log")
 // maxImportLine bounds one log line (a JSON config dump can be long).
 const maxImportLine = 4 << 20
 
-// Import turns a server log into a session: a process-start event at the
-// first line, one log event per line (Log.Stage set on stage lines), the
-// stage spans the log parser finds, and a healthy marker where the server
-// says it is ready. Offsets come from the lines' own timestamps (offset
-// zero is the first one); lines without a timestamp are placed evenly
-// between their neighbours, and a log without any is spaced one second per
-// line (Header.Notes says which). When the server's own figure shows a
-// stage began before the first line (a log that starts mid-startup), every
-// offset moves later so that the session starts there, and a note says so.
+// detectLines is how many lines --kind auto reads before it decides.
+const detectLines = 500
+
+// Import turns a server log into a session held in memory (ImportFile
+// writes it to a file as it reads, for logs of any size): a process-start
+// event at the first line of each start of the server, one log event per
+// line (Log.Stage set on stage lines), the stage spans the log parser
+// finds, a healthy marker where the server says it is ready, and markers
+// for the log's clock, its origin and any figure refused.
+//
+// Offsets come from the lines' own timestamps, else from a log
+// collector's (docker logs -t, journald); a line without either keeps the
+// previous timed line's offset, so a log without any timestamp gives the
+// stages' order and no durations (none is made up from counting lines).
+// Offset zero is the first timed line; when the server's own figure shows
+// a stage began before it (a log that starts mid-startup), every offset
+// moves later so that the session starts there, and a note says so. A log
+// in which the server starts again after it was ready gives one run per
+// start.
 func Import(r io.Reader, opts ImportOptions) (*Session, error) {
-	lines, err := readLogLines(r)
+	var evs []trace.Event
+	im, err := runImport(r, opts, func(e *trace.Event) error {
+		evs = append(evs, *e)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
+	// The first event is the first start, at the session's zero: the
+	// earliest stage's start once shifted.
+	for i := 1; i < im.shiftedOut; i++ {
+		shiftEvent(&evs[i], im.shift)
+	}
+	return &Session{Header: im.header(), Events: evs}, nil
+}
+
+// ImportFile imports the log at path into the session file out (a .gz
+// name is written compressed) and returns the session's digest
+// (OpenDigest), from which ImportSummary and the report are computed. It
+// writes as it reads: memory does not grow with the log. Nothing is left
+// at out unless the import succeeds: the session is written to a
+// temporary file in out's directory and renamed. Source defaults to path
+// and Ref to the file's modification time.
+func ImportFile(path, out string, opts ImportOptions) (*Session, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open server log: %w", err)
+	}
+	defer f.Close()
+	if opts.Source == "" {
+		opts.Source = path
+	}
+	if opts.Ref.IsZero() {
+		if st, err := f.Stat(); err == nil {
+			opts.Ref = st.ModTime()
+		}
+	}
+	s, err := importToFile(f, out, opts)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", path, err)
+	}
+	s.Path = out
+	return s, nil
+}
+
+// shiftEvent moves an event (and the span it carries) later by d.
+func shiftEvent(e *trace.Event, d time.Duration) {
+	e.At += d
+	if e.Stage != nil {
+		sp := *e.Stage
+		sp.Start += d
+		sp.End += d
+		e.Stage = &sp
+	}
+}
+
+// importer is one import's state: the lines' clock, the parser, the
+// events not yet handed on (kept in order), and what the header says.
+type importer struct {
+	opts     ImportOptions
+	kind     serverlog.Kind
+	detected bool
+	headKind serverlog.Kind // what the first lines look like
+	ref      time.Time
+	clock    *serverlog.LineClock
+	p        *serverlog.Parser
+	q        reorder
+	emit     func(*trace.Event) error
+
+	lines, rejected int
+	run             int
+	readyRun        int // the last run whose healthy marker went out
+	runLast         time.Duration
+	wrapper, host   string
+	minStart        time.Duration // the earliest span start (negative: before the first line)
+	early           trace.Stage
+	stageLines      int
+	spans           int
+	start           time.Time
+	hasStart        bool
+	shift           time.Duration
+	// shiftedOut is how many events were handed on before shift was
+	// known: they still need it (the first of them is the first start, at
+	// the session's zero, which stays).
+	shiftedOut int
+}
+
+// runImport reads the log and hands every event to emit in offset order,
+// unshifted; the caller moves them by im.shift.
+func runImport(r io.Reader, opts ImportOptions, emit func(*trace.Event) error) (*importer, error) {
 	kind, err := serverlog.ParseKind(opts.Kind)
 	if err != nil {
 		return nil, err
 	}
-	detected := false
-	if kind == serverlog.KindAuto {
-		head := lines
-		if len(head) > 500 {
-			head = head[:500]
-		}
-		kind = serverlog.DetectKind(nil, head)
-		if kind == serverlog.KindUnknown {
-			return nil, fmt.Errorf("%w: none of its first %d lines looks like vllm, sglang, tgi, llama.cpp, ollama or treni output; pass --kind", ErrUnknownServer, len(head))
-		}
-		detected = true
+	lr, err := newLogReader(r)
+	if err != nil {
+		return nil, err
 	}
+	defer lr.close()
 	ref := opts.Ref
 	if ref.IsZero() {
 		ref = time.Now()
 	}
-	start, at, timed := serverlog.LineTimes(kind, lines, ref)
-	p := serverlog.NewParser(kind, trace.ClockAt(start))
-	p.SetDeferred(true)
-
-	evs := make([]trace.Event, 0, len(lines)+32)
-	for i, l := range lines {
-		_, stage := p.Feed(at[i], l)
-		if strings.TrimSpace(l) == "" {
-			continue
+	im := &importer{opts: opts, kind: kind, ref: ref, emit: emit, readyRun: -1}
+	// The first lines decide the kind (--kind auto) and the time of
+	// offset zero, which the built-in engine's stage lines are read
+	// against.
+	var head []string
+	for len(head) < detectLines {
+		l, ok := lr.next()
+		if !ok {
+			break
 		}
-		evs = append(evs, trace.Event{At: at[i], Kind: trace.KindLog, Log: &trace.Log{Stream: "file", Text: l, Stage: stage}})
+		head = append(head, l)
 	}
-	var last time.Duration
-	if len(at) > 0 {
-		last = at[len(at)-1]
+	if err := lr.err; err != nil {
+		return nil, err
 	}
-	spans := p.Flush(last)
-
-	// A stage that began before the first line moves offset zero back.
-	var shift time.Duration
-	var early trace.Span
-	for _, sp := range spans {
-		if -sp.Start > shift {
-			shift, early = -sp.Start, sp
+	if lr.nonEmpty == 0 {
+		return nil, fmt.Errorf("%w: the file is empty", ErrNotLog)
+	}
+	im.headKind = serverlog.DetectKind(nil, head)
+	if im.kind == serverlog.KindAuto {
+		im.kind = im.headKind
+		if im.kind == serverlog.KindUnknown {
+			return nil, fmt.Errorf("%w: none of its first %d lines looks like vllm, sglang, tgi, llama.cpp, ollama or treni output; pass --kind", ErrUnknownServer, len(head))
+		}
+		im.detected = true
+	}
+	im.clock = serverlog.NewLineClock(im.kind, ref)
+	for _, l := range head {
+		im.clock.Place(serverlog.Unwrap(l, ref))
+	}
+	zero, ok := im.clock.Start()
+	if !ok {
+		zero = ref
+	}
+	// The head was placed once to find offset zero; place it again on a
+	// fresh clock with the lines.
+	im.clock = serverlog.NewLineClock(im.kind, ref)
+	im.p = serverlog.NewParser(im.kind, trace.ClockAt(zero))
+	im.p.SetDeferred(true)
+	if err := im.emitEvent(trace.Event{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(im.kind)}}); err != nil {
+		return nil, err
+	}
+	for _, l := range head {
+		if err := im.line(l); err != nil {
+			return nil, err
 		}
 	}
-	for i := range evs {
-		evs[i].At += shift
+	head = nil
+	for {
+		l, ok := lr.next()
+		if !ok {
+			break
+		}
+		if err := im.line(l); err != nil {
+			return nil, err
+		}
 	}
-	for _, sp := range spans {
-		sp := sp
-		sp.Start += shift
-		sp.End += shift
-		evs = append(evs, trace.Event{At: sp.End, Kind: trace.KindStage, Stage: &sp})
+	if lr.err != nil {
+		return nil, lr.err
 	}
-	if readyAt, ok := p.Ready(); ok {
-		evs = append(evs, trace.Event{At: readyAt + shift, Kind: trace.KindMarker,
-			Marker: &trace.Marker{Name: trace.MarkerHealthy, Attrs: trace.Attrs{"source": "log"}}})
+	if err := im.finish(); err != nil {
+		return nil, err
 	}
-	trace.SortEvents(evs)
-	evs = splitWakes(evs)
-	// The log's clock quality travels with the events, so the diagnosis
-	// can refuse to weigh durations that only count lines.
-	evs = append([]trace.Event{
-		{At: 0, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(kind)}},
-		{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock, Attrs: trace.Attrs{"timed_lines": float64(timed), "lines": float64(len(lines))}}},
-	}, evs...)
+	im.start, im.hasStart = im.clock.Start()
+	if !im.hasStart {
+		im.start = ref
+	}
+	return im, nil
+}
 
-	h := NewHeader(opts.ToolVersion, start.Add(-shift), Target{Kind: TargetImport, ServerKind: string(kind)})
-	h.Notes = map[string]string{"source": opts.Source, "lines": fmt.Sprint(len(lines))}
-	if detected {
+// line imports one line.
+func (im *importer) line(l string) error {
+	im.lines++
+	u := serverlog.Unwrap(l, im.ref)
+	if u.Wrapper != "" && im.wrapper == "" {
+		im.wrapper = u.Wrapper
+	}
+	if u.Host != "" && im.host == "" {
+		im.host = u.Host
+	}
+	at, _ := im.clock.Place(u)
+	spans, stage := im.p.FeedUnwrapped(at, u.Line)
+	if err := im.spansOut(spans, im.p.LastRuns()); err != nil {
+		return err
+	}
+	if run := im.p.Run(); run != im.run {
+		// The server started again: the previous start's clock and
+		// origin markers, then a new run.
+		if err := im.runEnd(); err != nil {
+			return err
+		}
+		im.run = run
+		if err := im.emitEvent(trace.Event{At: at, Run: run, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(im.kind)}}); err != nil {
+			return err
+		}
+	}
+	im.runLast = at
+	if why := im.p.Rejected(); why != "" {
+		im.rejected++
+		text := l
+		if len(text) > 300 {
+			text = text[:300] + "…"
+		}
+		if err := im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerValueRejected,
+			Attrs: trace.Attrs{"reason": why, "line": text}}}); err != nil {
+			return err
+		}
+	}
+	if stage != "" {
+		im.stageLines++
+	}
+	if readyAt, ok := im.p.Ready(); ok && im.readyRun != im.run {
+		im.readyRun = im.run
+		if err := im.emitEvent(trace.Event{At: readyAt, Run: im.run, Kind: trace.KindMarker,
+			Marker: &trace.Marker{Name: trace.MarkerHealthy, Attrs: trace.Attrs{"source": "log"}}}); err != nil {
+			return err
+		}
+	}
+	if strings.TrimSpace(l) == "" {
+		return nil
+	}
+	return im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindLog, Log: &trace.Log{Stream: "file", Text: l, Stage: stage}})
+}
+
+// spansOut queues the spans the parser finished, each in its run.
+func (im *importer) spansOut(spans []trace.Span, runs []int) error {
+	for i := range spans {
+		sp := spans[i]
+		run := im.run
+		if i < len(runs) {
+			run = runs[i]
+		}
+		if im.spans == 0 || sp.Start < im.minStart {
+			im.minStart, im.early = sp.Start, sp.Name
+		}
+		im.spans++
+		if err := im.emitEvent(trace.Event{At: max(sp.End, 0), Run: run, Kind: trace.KindStage, Stage: &sp}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runEnd emits the clock and origin markers of the run that ends, at its
+// last line: the diagnosis reads them per run.
+func (im *importer) runEnd() error {
+	c := im.clock
+	attrs := trace.Attrs{"timed_lines": float64(c.Timed()), "lines": float64(im.lines), "wrapper_lines": float64(c.Wrapped),
+		"untimed_lines": float64(c.Untimed), "rejected_lines": float64(c.Rejected)}
+	if c.FirstRejected != "" {
+		attrs["first_rejected"] = c.FirstRejected
+	}
+	if err := im.emitEvent(trace.Event{At: im.runLast, Run: im.run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock, Attrs: attrs}}); err != nil {
+		return err
+	}
+	o := im.p.Origin()
+	oa := trace.Attrs{}
+	for k, v := range map[string]string{"device": o.Device, "gpus": strings.Join(o.GPUs, ", "), "version": o.Version, "model": o.Model} {
+		if v != "" {
+			oa[k] = v
+		}
+	}
+	if o.TP > 0 {
+		oa["tp"] = float64(o.TP)
+	}
+	return im.emitEvent(trace.Event{At: im.runLast, Run: im.run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogOrigin, Attrs: oa}})
+}
+
+// finish flushes the parser and the queue and checks that the kind fit.
+func (im *importer) finish() error {
+	spans := im.p.Flush(im.runLast)
+	if err := im.spansOut(spans, im.p.LastRuns()); err != nil {
+		return err
+	}
+	if err := im.runEnd(); err != nil {
+		return err
+	}
+	if !im.detected && im.spans == 0 && im.stageLines == 0 && im.readyRun < 0 && im.headKind != im.kind {
+		return im.wrongKind()
+	}
+	if im.minStart < 0 {
+		im.shift = -im.minStart
+		// What is still queued moves now; what already went out is moved
+		// by the caller (im.q.count says how much).
+		im.shiftedOut = im.q.count
+		im.q.shift(im.shift)
+	}
+	return im.q.drain(im.emit)
+}
+
+// wrongKind explains a --kind that matched nothing, naming the kind the
+// lines look like.
+func (im *importer) wrongKind() error {
+	if k := im.headKind; k != serverlog.KindUnknown {
+		return fmt.Errorf("%w: no line of it is one %s writes, and its lines look like %s output; pass --kind %s (or --kind auto)", ErrWrongKind, im.kind, k, k)
+	}
+	return fmt.Errorf("%w: no line of it is one %s writes, and auto-detection recognises no server either; check the file, or pass the right --kind", ErrWrongKind, im.kind)
+}
+
+// emitEvent queues one event; the queue hands events on in offset order.
+func (im *importer) emitEvent(e trace.Event) error {
+	return im.q.push(e, im.emit)
+}
+
+// header is the session header of the import.
+func (im *importer) header() Header {
+	c := im.clock
+	o := im.p.Origin()
+	origin := Origin{Source: im.opts.Source, Server: string(im.kind), Version: o.Version, Device: o.Device, GPUs: o.GPUs, TP: o.TP, Model: o.Model,
+		Host: im.host, Wrapper: im.wrapper}
+	switch {
+	case c.Timed() == 0:
+		origin.Clock = "none: no line carries a timestamp, so the stages keep the log's order and have no durations"
+	case c.Wrapped == 0:
+		origin.Clock = "the server's own timestamps"
+	case c.Own == 0:
+		origin.Clock = "the collector's timestamps (" + im.wrapper + ")"
+	default:
+		origin.Clock = fmt.Sprintf("the server's own timestamps, and the collector's (%s) on %d lines that carry none", im.wrapper, c.Wrapped)
+	}
+	h := NewImportHeader(im.opts.ToolVersion, im.start.Add(-im.shift), Target{Kind: TargetImport, ServerKind: string(im.kind), Model: o.Model, Device: o.Device}, origin)
+	if len(o.GPUs) > 0 {
+		h.Target.Device = o.GPUs[0]
+	}
+	h.Notes = map[string]string{"source": im.opts.Source, "lines": fmt.Sprint(im.lines)}
+	if im.detected {
 		h.Notes["kind"] = "detected from the log (--kind auto)"
 	}
 	switch {
-	case timed == 0:
-		h.Notes["timestamps"] = fmt.Sprintf("no line carries a timestamp: lines are spaced %v apart, so durations count lines, not time", serverlog.UntimedSpacing)
-	case timed < len(lines):
-		h.Notes["timestamps"] = fmt.Sprintf("%d of %d lines carry a timestamp; the others are placed evenly between their neighbours", timed, len(lines))
+	case c.Timed() == 0:
+		h.Notes["timestamps"] = "no line carries a timestamp: the stages keep the log's order, and their durations are unknown"
+	case c.Timed() < im.lines:
+		h.Notes["timestamps"] = fmt.Sprintf("%d of %d lines carry a timestamp; each of the others takes the time of the last timed line before it, so a stage built only from such lines has no duration", c.Timed(), im.lines)
 	default:
 		h.Notes["timestamps"] = "every line carries a timestamp"
 	}
-	if shift > 0 {
-		h.Notes["start"] = fmt.Sprintf("the log begins mid-startup: by the server's own figure %s began %v before the first line; offsets start there", early.Name, shift.Round(time.Millisecond))
+	if c.Rejected > 0 {
+		h.Notes["rejected_timestamps"] = fmt.Sprintf("%d lines carry an impossible timestamp (before 2000, or after the log was written), first: %q; they are placed as if they had none", c.Rejected, trimForNote(c.FirstRejected))
 	}
-	for i, e := range evs {
-		if err := e.Validate(); err != nil {
-			return nil, fmt.Errorf("import built an invalid event %d (a bug in treni-top; please report it with the log): %w", i, err)
-		}
+	if im.rejected > 0 {
+		h.Notes["rejected_values"] = fmt.Sprintf("%d lines carry a figure that is not a finite number; each stays a plain line, with a %s marker", im.rejected, trace.MarkerValueRejected)
 	}
-	return &Session{Path: "", Header: h, Events: evs}, nil
+	if im.shift > 0 {
+		h.Notes["start"] = fmt.Sprintf("the log begins mid-startup: by the server's own figure %s began %v before the first line; offsets start there", im.early, im.shift.Round(time.Millisecond))
+	}
+	if im.run > 0 {
+		h.Notes["runs"] = fmt.Sprintf("the server starts %d times in this log: one run per start", im.run+1)
+	}
+	return h
 }
 
-// readLogLines reads text lines (gzip detected from the content), strips
+func trimForNote(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// reorder hands events on in offset order. Lines come in order; a stage
+// span is final only lines after it ended, so its event (at its end) may
+// be due before events already queued. The queue keeps the latest
+// maxReorder events; a span older than all of them goes out at the oldest
+// offset still queued rather than out of order.
+type reorder struct {
+	fifo  []trace.Event // in order (lines, markers): a ring
+	head  int
+	late  lateHeap // out of order (spans)
+	seq   uint64
+	last  time.Duration // the latest offset handed on
+	count int           // events handed on
+}
+
+// maxReorder bounds the events the import holds back.
+const maxReorder = 1 << 16
+
+func (q *reorder) push(e trace.Event, emit func(*trace.Event) error) error {
+	if e.At < q.last {
+		e.At = q.last
+	}
+	if n := len(q.fifo) - q.head; n == 0 || e.At >= q.fifo[len(q.fifo)-1].At {
+		q.fifo = append(q.fifo, e)
+	} else {
+		q.seq++
+		q.late.push(lateEvent{e, q.seq})
+	}
+	for len(q.fifo)-q.head+q.late.len() > maxReorder {
+		if err := q.pop(emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pop hands on the earliest queued event (the in-order one on a tie: it
+// was queued first).
+func (q *reorder) pop(emit func(*trace.Event) error) error {
+	var e trace.Event
+	if q.late.len() > 0 && (q.head == len(q.fifo) || q.late.min().e.At < q.fifo[q.head].At) {
+		e = q.late.pop().e
+	} else {
+		e = q.fifo[q.head]
+		q.fifo[q.head] = trace.Event{}
+		q.head++
+		if q.head > 4096 && q.head*2 > len(q.fifo) {
+			q.fifo = append(q.fifo[:0], q.fifo[q.head:]...)
+			q.head = 0
+		}
+	}
+	q.last = e.At
+	q.count++
+	return emit(&e)
+}
+
+// shift moves every queued event later by d, except the first start of
+// the session (run 0's process start at zero).
+func (q *reorder) shift(d time.Duration) {
+	for i := q.head; i < len(q.fifo); i++ {
+		if e := &q.fifo[i]; !(e.Kind == trace.KindProcess && e.Run == 0 && e.At == 0) {
+			shiftEvent(e, d)
+		}
+	}
+	for i := range q.late {
+		shiftEvent(&q.late[i].e, d)
+	}
+}
+
+func (q *reorder) drain(emit func(*trace.Event) error) error {
+	for len(q.fifo)-q.head+q.late.len() > 0 {
+		if err := q.pop(emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lateEvent orders out-of-order events by offset, then by arrival.
+type lateEvent struct {
+	e   trace.Event
+	seq uint64
+}
+
+// lateHeap is a min-heap of lateEvent.
+type lateHeap []lateEvent
+
+func (h lateHeap) len() int       { return len(h) }
+func (h lateHeap) min() lateEvent { return h[0] }
+func (h lateHeap) less(i, j int) bool {
+	return h[i].e.At < h[j].e.At || h[i].e.At == h[j].e.At && h[i].seq < h[j].seq
+}
+
+func (h *lateHeap) push(x lateEvent) {
+	*h = append(*h, x)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *lateHeap) pop() lateEvent {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && s.less(l, m) {
+			m = l
+		}
+		if r < n && s.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+// logReader reads text lines (gzip detected from the content), strips
 // terminal colour codes and carriage returns, and refuses binary input.
-func readLogLines(r io.Reader) ([]string, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+type logReader struct {
+	br       *bufio.Reader
+	gz       *gzip.Reader
+	n        int // lines read
+	nonEmpty int
+	err      error
+	done     bool
+}
+
+func newLogReader(r io.Reader) (*logReader, error) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	lr := &logReader{br: br}
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("%w: bad gzip stream: %v", ErrNotLog, err)
 		}
-		defer gz.Close()
-		br = bufio.NewReaderSize(gz, 64<<10)
+		lr.gz = gz
+		lr.br = bufio.NewReaderSize(gz, 256<<10)
 	}
-	var lines []string
-	for {
-		line, complete, err := readLine(br)
-		if err != nil && !errors.Is(err, io.EOF) {
-			if !errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, fmt.Errorf("read log line %d: %w", len(lines)+1, err)
+	return lr, nil
+}
+
+func (lr *logReader) close() {
+	if lr.gz != nil {
+		lr.gz.Close()
+	}
+}
+
+// next returns the next line; false at the end or on an error (err).
+func (lr *logReader) next() (string, bool) {
+	if lr.done {
+		return "", false
+	}
+	line, complete, err := readLogLine(lr.br)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		lr.err, lr.done = fmt.Errorf("read log line %d: %w", lr.n+1, err), true
+		return "", false
+	}
+	if !complete {
+		lr.done = true
+		if len(line) == 0 {
+			return "", false
+		}
+	}
+	if bytes.IndexByte(line, 0) >= 0 {
+		lr.err, lr.done = fmt.Errorf("%w: line %d contains NUL bytes (a binary file?); pass the server's text log", ErrNotLog, lr.n+1), true
+		return "", false
+	}
+	lr.n++
+	s := cleanLine(line)
+	if strings.TrimSpace(s) != "" {
+		lr.nonEmpty++
+	}
+	return s, true
+}
+
+// readLogLine reads one line, keeping at most maxImportLine bytes of it.
+func readLogLine(br *bufio.Reader) ([]byte, bool, error) {
+	chunk, err := br.ReadSlice('\n')
+	if err == nil {
+		return chunk[:len(chunk)-1], true, nil
+	}
+	buf := append([]byte(nil), chunk...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		chunk, err = br.ReadSlice('\n')
+		if len(buf) < maxImportLine {
+			buf = append(buf, chunk...)
+		}
+		if err == nil {
+			buf = bytes.TrimSuffix(buf, []byte("\n"))
+			if len(buf) > maxImportLine {
+				buf = buf[:maxImportLine]
 			}
-		}
-		if len(line) > maxImportLine {
-			line = line[:maxImportLine]
-		}
-		if bytes.IndexByte(line, 0) >= 0 {
-			return nil, fmt.Errorf("%w: line %d contains NUL bytes (a binary file?); pass the server's text log", ErrNotLog, len(lines)+1)
-		}
-		if complete || len(line) > 0 {
-			lines = append(lines, cleanLine(line))
-		}
-		if !complete {
-			break
+			return buf, true, nil
 		}
 	}
-	nonEmpty := 0
-	for _, l := range lines {
-		if strings.TrimSpace(l) != "" {
-			nonEmpty++
-		}
+	if len(buf) > maxImportLine {
+		buf = buf[:maxImportLine]
 	}
-	if nonEmpty == 0 {
-		return nil, fmt.Errorf("%w: the file is empty", ErrNotLog)
-	}
-	return lines, nil
+	return buf, false, err
 }
 
 // cleanLine drops "\r", ANSI escape sequences (coloured llama.cpp and
@@ -199,6 +648,9 @@ func readLogLines(r io.Reader) ([]string, error) {
 func cleanLine(b []byte) string {
 	b = bytes.TrimRight(b, "\r")
 	if bytes.IndexByte(b, 0x1b) < 0 {
+		if utf8.Valid(b) {
+			return string(b) // the usual case: one copy
+		}
 		return strings.ToValidUTF8(string(b), "\uFFFD")
 	}
 	out := make([]byte, 0, len(b))
@@ -216,67 +668,49 @@ func cleanLine(b []byte) string {
 	return strings.ToValidUTF8(string(out), "\uFFFD")
 }
 
-// ImportFile imports the log at path and writes the session to out (a .gz
-// name is written compressed). Source defaults to path and Ref to the
-// file's modification time.
-func ImportFile(path, out string, opts ImportOptions) (*Session, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open server log: %w", err)
-	}
-	defer f.Close()
-	if opts.Source == "" {
-		opts.Source = path
-	}
-	if opts.Ref.IsZero() {
-		if st, err := f.Stat(); err == nil {
-			opts.Ref = st.ModTime()
-		}
-	}
-	s, err := Import(f, opts)
-	if err != nil {
-		return nil, fmt.Errorf("import %s: %w", path, err)
-	}
-	rec, err := Create(out, s.Header)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range s.Events {
-		rec.Emit(e)
-	}
-	if err := rec.Close(); err != nil {
-		return nil, err
-	}
-	s.Path = out
-	return s, nil
-}
-
-// ImportSummary is a one-line account of an imported session's stages in
-// the order they started, e.g. "vllm: runtime_init 45.0s · model_load
-// 3m46.3s · … · ready at 5m37s".
+// ImportSummary is a one-line account of an imported session: for its
+// first run, the stages in the order they started, as the report's stage
+// table lists them (e.g. "vllm: runtime_init 45.0s · model_load 3m46.3s ·
+// … · ready at 5m37s"), and for a log in which the server started several
+// times, how many starts and their cold windows.
 func ImportSummary(s *Session) string {
-	runs := Analyze(s.Events)
+	rep := BuildReport(s)
 	kind := s.Header.Target.ServerKind
-	if len(runs) == 0 || len(runs[0].Spans) == 0 {
+	if len(rep.Runs) == 0 || len(rep.Runs[0].Stages) == 0 {
 		return kind + ": no stage lines recognised (the log is kept as plain lines)"
 	}
-	r := runs[0]
-	spans := append([]trace.Span(nil), r.Spans...)
-	sort.SliceStable(spans, func(i, j int) bool { return spans[i].Start < spans[j].Start })
-	parts := make([]string, 0, len(spans))
-	for _, sp := range spans {
-		p := fmt.Sprintf("%s %s", sp.Name, roundDur(sp.Duration()))
-		if sp.Workers > 1 {
-			p += fmt.Sprintf(" ×%d", sp.Workers)
+	r := rep.Runs[0]
+	parts := make([]string, 0, len(r.Stages))
+	for _, st := range r.Stages {
+		p := string(st.Name) + " " + summaryDuration(st.DurationMS, r.Untimed)
+		if st.Workers > 1 {
+			p += fmt.Sprintf(" ×%d", st.Workers)
 		}
 		parts = append(parts, p)
 	}
 	out := kind + ": " + strings.Join(parts, " · ")
-	if r.Healthy > 0 {
-		out += " · ready at " + roundDur(r.Healthy-r.Start)
+	if r.HealthyMS > 0 && !r.Untimed {
+		out += " · ready at " + roundDur(time.Duration(r.HealthyMS*float64(time.Millisecond)))
+	}
+	if n := rep.RunsTotal; n > 1 {
+		out += fmt.Sprintf(" · %d starts in the log", n)
+		if rep.ColdTotals.N > 1 {
+			out += fmt.Sprintf(" (cold start min %s, median %s, max %s)", roundMS(rep.ColdTotals.Min), roundMS(rep.ColdTotals.Median), roundMS(rep.ColdTotals.Max))
+		}
 	}
 	return out
 }
+
+// summaryDuration is a stage's length for the summary line: unknown for
+// an untimed log, or for a stage its timestamps give no length.
+func summaryDuration(ms float64, untimed bool) string {
+	if untimed && ms == 0 {
+		return "(no duration)"
+	}
+	return roundMS(ms)
+}
+
+func roundMS(ms float64) string { return roundDur(time.Duration(ms * float64(time.Millisecond))) }
 
 func roundDur(d time.Duration) string {
 	switch {

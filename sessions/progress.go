@@ -214,6 +214,16 @@ func (p *progress) marker(e trace.Event) {
 	case trace.MarkerReplayReset:
 		p.printf(e.At, e.Run, "replay restarted from the beginning")
 		p.reset()
+	case trace.MarkerSessionTruncated:
+		why, _ := m.Attrs.String("reason")
+		p.printf(e.At, e.Run, "SESSION TRUNCATED: %s", why)
+	case trace.MarkerValueRejected:
+		why, _ := m.Attrs.String("reason")
+		p.printf(e.At, e.Run, "log figure refused (%s); the line is kept as a plain line", why)
+	case trace.MarkerEventDropped:
+		kind, _ := m.Attrs.String("kind")
+		why, _ := m.Attrs.String("error")
+		p.printf(e.At, e.Run, "a %s event could not be recorded: %s", kind, why)
 	}
 }
 

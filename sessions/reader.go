@@ -2,13 +2,12 @@ package sessions
 
 import (
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"time"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -23,9 +22,16 @@ type Session struct {
 	// Truncated is true when the file ended inside a line (a recorder that
 	// was killed); everything before that line was read.
 	Truncated bool
+	// Unfinished is true when the file lacks the clean end its recorder
+	// writes on close (format 1.1 and later): the recorder was killed or
+	// failed before it closed the file.
+	Unfinished bool
 	// Skipped counts events of kinds this build does not know (a newer
 	// minor version); they are left out, not fatal.
 	Skipped int
+	// Digest is set when the session was read by OpenDigest: what was
+	// left out.
+	Digest *Digest
 }
 
 // ErrNotSession is wrapped by errors for input that is not a session file.
@@ -34,12 +40,12 @@ var ErrNotSession = errors.New("not a treni-top session file")
 // Open reads a .jsonl or .jsonl.gz session file (gzip is detected from the
 // content, not the name).
 func Open(path string) (*Session, error) {
-	f, err := os.Open(path)
+	st, err := OpenStream(path)
 	if err != nil {
-		return nil, fmt.Errorf("open session: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	s, err := Read(f)
+	defer st.Close()
+	s, err := readAll(st)
 	if err != nil {
 		return nil, fmt.Errorf("read session %s: %w", path, err)
 	}
@@ -54,104 +60,50 @@ const maxLine = 64 << 20
 // session is marked Truncated); a malformed complete line is an error that
 // names its line number.
 func Read(r io.Reader) (*Session, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bad gzip stream: %v", ErrNotSession, err)
-		}
-		defer gz.Close()
-		br = bufio.NewReaderSize(gz, 64<<10)
+	st, err := NewStream(r)
+	if err != nil {
+		return nil, err
 	}
-	s := &Session{}
-	lineNo := 0
-	for {
-		line, complete, err := readLine(br)
-		if len(line) > 0 || complete {
-			lineNo++
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			if errors.Is(err, io.ErrUnexpectedEOF) || isGzipTruncation(err) {
-				// A gzip stream cut by a crash: keep what was complete.
-				s.Truncated = true
-				break
-			}
-			return nil, fmt.Errorf("line %d: %w", lineNo+1, err)
-		}
-		if !complete {
-			if len(bytes.TrimSpace(line)) > 0 {
-				if lineNo == 1 {
-					return nil, fmt.Errorf("%w: the header line is incomplete", ErrNotSession)
-				}
-				// A last line that lacks only its newline is kept; one cut
-				// inside the JSON (a killed recorder) is dropped.
-				var e trace.Event
-				if json.Unmarshal(line, &e) == nil && e.Validate() == nil {
-					s.Events = append(s.Events, e)
-				} else {
-					s.Truncated = true
-				}
-			}
-			break
-		}
-		if lineNo == 1 {
-			if err := parseHeader(line, &s.Header); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var e trace.Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("line %d is not a valid event: %w", lineNo, err)
-		}
-		if err := e.Validate(); err != nil {
-			if isUnknownKind(e) {
-				s.Skipped++
-				continue
-			}
-			return nil, fmt.Errorf("line %d: %w", lineNo, err)
-		}
+	defer st.Close()
+	return readAll(st)
+}
+
+func readAll(st *Stream) (*Session, error) {
+	s := &Session{Header: st.Header}
+	var e trace.Event
+	for st.Next(&e) {
 		s.Events = append(s.Events, e)
 	}
-	if lineNo == 0 {
-		return nil, fmt.Errorf("%w: the file is empty", ErrNotSession)
+	if err := st.Err(); err != nil {
+		return nil, err
 	}
+	s.Truncated, s.Unfinished, s.Skipped = st.Truncated(), st.Unfinished() && !st.Truncated(), st.Skipped()
 	return s, nil
 }
 
 // readLine returns one line without its newline and whether the newline was
 // there.
 func readLine(br *bufio.Reader) ([]byte, bool, error) {
-	var buf []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		buf = append(buf, chunk...)
+	chunk, err := br.ReadSlice('\n')
+	if err == nil {
+		return chunk[:len(chunk)-1], true, nil // the common case: no copy
+	}
+	buf := append([]byte(nil), chunk...)
+	for errors.Is(err, bufio.ErrBufferFull) {
 		if len(buf) > maxLine {
 			return nil, false, fmt.Errorf("a line is longer than %d MiB; the file is corrupt", maxLine>>20)
 		}
+		chunk, err = br.ReadSlice('\n')
+		buf = append(buf, chunk...)
 		if err == nil {
 			return buf[:len(buf)-1], true, nil
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return buf, false, err
 	}
+	return buf, false, err
 }
 
 func isGzipTruncation(err error) bool {
 	return errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader)
-}
-
-func isUnknownKind(e trace.Event) bool {
-	switch e.Kind {
-	case trace.KindStage, trace.KindSample, trace.KindRequest, trace.KindLog, trace.KindProcess, trace.KindMarker:
-		return false
-	}
-	return true
 }
 
 func parseHeader(line []byte, h *Header) error {
@@ -162,4 +114,28 @@ func parseHeader(line []byte, h *Header) error {
 		return fmt.Errorf("%w: the header's format is %q, want %q", ErrNotSession, h.Format, FormatName)
 	}
 	return checkVersion(h.Version)
+}
+
+// lastEventMarker is the marker a digest puts at the offset of a run's
+// last event when that event itself (a log line, a sample) was left out,
+// so that the run's cold window falls back to the same end.
+const lastEventMarker = "digest_last_event"
+
+// maxDigestRuns bounds the runs a digest keeps in detail: a log that
+// restarted its server thousands of times is summarised by the first
+// ones and the last, with every run's cold total kept.
+const maxDigestRuns = 100
+
+// Digest says what OpenDigest left out of a session.
+type Digest struct {
+	// Runs is how many runs the file holds; Omitted lists the ones whose
+	// events were left out (beyond maxDigestRuns: all but the first ones
+	// and the last), and ColdTotals is every run's cold window, in run
+	// order, so that the omitted ones still count.
+	Runs       int             `json:"runs"`
+	Omitted    []int           `json:"omitted,omitempty"`
+	ColdTotals []time.Duration `json:"-"`
+	// LogLines and Samples count the events left out.
+	LogLines int `json:"log_lines"`
+	Samples  int `json:"samples"`
 }

@@ -2,8 +2,10 @@ package sessions
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,26 +22,26 @@ import (
 // returns, so a recorder killed with SIGKILL leaves a file that reads up to
 // its last complete line. It is safe for concurrent use and implements
 // trace.Sink.
+//
+// An event that cannot be encoded (a value JSON cannot hold, such as +Inf)
+// is replaced by a trace.MarkerEventDropped marker that says why, and every
+// later event is still written; Sync and Close report the dropped events.
+// A write that fails (a full disk) stops the recorder, and Sync and Close
+// return that error. Close writes the clean-end marker
+// (trace.MarkerSessionEnd) that tells readers the file is complete.
 type Recorder struct {
 	mu   sync.Mutex
 	path string
 	f    *os.File
 	gz   *gzip.Writer // non-nil for .gz paths
 	w    *bufio.Writer
-	enc  *json.Encoder
+	le   lineEncoder
 	err  error
-	n    int
 }
 
 // Create opens path (creating its directory) and writes the header line.
 // A path ending in .gz is written gzip-compressed, flushed per line.
 func Create(path string, h Header) (*Recorder, error) {
-	if h.Format == "" {
-		h.Format = FormatName
-	}
-	if h.Version == "" {
-		h.Version = FormatVersion
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create session directory for %s: %w", path, err)
 	}
@@ -47,17 +49,37 @@ func Create(path string, h Header) (*Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create session file: %w", err)
 	}
+	r, err := newRecorder(path, f, strings.HasSuffix(path, ".gz"), h, 64<<10)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// newRecorder writes the header of a session to f.
+func newRecorder(path string, f *os.File, gz bool, h Header, buf int) (*Recorder, error) {
+	if h.Format == "" {
+		h.Format = FormatName
+	}
+	if h.Version == "" {
+		h.Version = FormatVersion
+	}
 	r := &Recorder{path: path, f: f}
 	var out io.Writer = f
-	if strings.HasSuffix(path, ".gz") {
+	if gz {
 		r.gz = gzip.NewWriter(f)
 		out = r.gz
 	}
-	r.w = bufio.NewWriterSize(out, 64<<10)
-	r.enc = json.NewEncoder(r.w)
-	r.enc.SetEscapeHTML(false)
-	if err := r.writeLine(h); err != nil {
-		f.Close()
+	r.w = bufio.NewWriterSize(out, buf)
+	line, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("write session %s: encode the header: %w", path, err)
+	}
+	if _, err := r.w.Write(append(line, '\n')); err != nil {
+		return nil, fmt.Errorf("write session %s: %w", path, err)
+	}
+	if err := r.flush(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -66,27 +88,19 @@ func Create(path string, h Header) (*Recorder, error) {
 // Path is the file being written.
 func (r *Recorder) Path() string { return r.path }
 
-// Emit appends one event. Write errors are kept and returned by Err and
-// Close; later events are dropped only after a write has failed.
+// Emit appends one event and pushes it to the kernel.
 func (r *Recorder) Emit(e trace.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil || r.f == nil {
 		return
 	}
-	if err := r.writeLine(e); err != nil {
-		r.err = err
-		return
+	r.encode(e)
+	if r.err == nil {
+		if err := r.flush(); err != nil {
+			r.err = err
+		}
 	}
-	r.n++
-}
-
-// writeLine encodes v as one line and pushes it to the kernel.
-func (r *Recorder) writeLine(v any) error {
-	if err := r.enc.Encode(v); err != nil {
-		return fmt.Errorf("write session %s: %w", r.path, err)
-	}
-	return r.flush()
 }
 
 // flush pushes the buffered lines to the kernel.
@@ -107,20 +121,38 @@ func (r *Recorder) Sync() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.f == nil {
-		return r.err
+		return r.errLocked()
 	}
 	if err := r.f.Sync(); err != nil {
 		return fmt.Errorf("sync session %s: %w", r.path, err)
 	}
-	return r.err
+	return r.errLocked()
 }
 
-// Close finishes the file. It is idempotent.
+// errLocked is the write error, else the dropped events; r.mu is held.
+func (r *Recorder) errLocked() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.le.droppedErr(r.path)
+}
+
+// Close writes the clean-end marker and finishes the file. It is
+// idempotent.
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.f == nil {
-		return r.err
+		return r.errLocked()
+	}
+	if r.err == nil {
+		r.le.end(r.w)
+		if r.le.writeErr != nil {
+			r.err = fmt.Errorf("write session %s: %w", r.path, r.le.writeErr)
+		}
+		if err := r.flush(); err != nil && r.err == nil {
+			r.err = err
+		}
 	}
 	if r.gz != nil {
 		if err := r.gz.Close(); err != nil && r.err == nil {
@@ -131,7 +163,7 @@ func (r *Recorder) Close() error {
 		r.err = fmt.Errorf("close session %s: %w", r.path, err)
 	}
 	r.f = nil
-	return r.err
+	return r.errLocked()
 }
 
 // Record copies a subscription into the recorder until the subscription's
@@ -159,10 +191,8 @@ func (r *Recorder) Record(sub *trace.Subscription) {
 				break drain
 			}
 		}
-		// An event that failed to encode wrote nothing: the lines before
-		// it still go out.
-		if r.f != nil {
-			if err := r.flush(); err != nil && r.err == nil {
+		if r.f != nil && r.err == nil {
+			if err := r.flush(); err != nil {
 				r.err = err
 			}
 		}
@@ -178,11 +208,74 @@ func (r *Recorder) encode(e trace.Event) {
 	if r.err != nil || r.f == nil {
 		return
 	}
-	if err := r.enc.Encode(e); err != nil {
-		r.err = fmt.Errorf("write session %s: %w", r.path, err)
+	r.le.write(r.w, &e)
+	if r.le.writeErr != nil {
+		r.err = fmt.Errorf("write session %s: %w", r.path, r.le.writeErr)
+	}
+}
+
+// lineEncoder turns events into session lines, one at a time: an event
+// that does not encode is replaced by a marker saying so, so that one bad
+// value never costs the events after it.
+type lineEncoder struct {
+	buf      bytes.Buffer
+	enc      *json.Encoder
+	n        int           // events written
+	dropped  int           // events replaced by MarkerEventDropped
+	firstErr error         // the first encoding error
+	lastAt   time.Duration // the latest offset written
+	writeErr error         // the writer failed: nothing more is written
+}
+
+// write encodes e and writes its line to w.
+func (le *lineEncoder) write(w io.Writer, e *trace.Event) {
+	if le.writeErr != nil {
 		return
 	}
-	r.n++
+	if le.enc == nil {
+		le.enc = json.NewEncoder(&le.buf)
+		le.enc.SetEscapeHTML(false)
+	}
+	le.buf.Reset()
+	if e.Kind == trace.KindLog && e.Log != nil && e.Stage == nil && e.Sample == nil && e.Request == nil && e.Process == nil && e.Marker == nil {
+		le.buf.Write(appendLogEvent(le.buf.AvailableBuffer(), e))
+	} else if err := le.enc.Encode(e); err != nil {
+		le.dropped++
+		if le.firstErr == nil {
+			le.firstErr = fmt.Errorf("%s event at %v: %w", e.Kind, e.At, err)
+		}
+		le.buf.Reset()
+		m := trace.Event{At: max(e.At, 0), Run: e.Run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerEventDropped,
+			Attrs: trace.Attrs{"kind": string(e.Kind), "error": err.Error()}}}
+		if err := le.enc.Encode(m); err != nil {
+			return // a marker of strings always encodes
+		}
+	}
+	if _, err := w.Write(le.buf.Bytes()); err != nil {
+		le.writeErr = err
+		return
+	}
+	le.n++
+	if e.At > le.lastAt {
+		le.lastAt = e.At
+	}
+}
+
+// end writes the clean-end marker.
+func (le *lineEncoder) end(w io.Writer) {
+	le.write(w, &trace.Event{At: le.lastAt, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerSessionEnd,
+		Attrs: trace.Attrs{"events": float64(le.n), "dropped": float64(le.dropped)}}})
+}
+
+// ErrEventsDropped is wrapped when events could not be written.
+var ErrEventsDropped = errors.New("events could not be written")
+
+func (le *lineEncoder) droppedErr(path string) error {
+	if le.dropped == 0 {
+		return nil
+	}
+	return fmt.Errorf("session %s: %d %w (first: %v); each is replaced by an %s marker and the events after it are kept",
+		path, le.dropped, ErrEventsDropped, le.firstErr, trace.MarkerEventDropped)
 }
 
 // DefaultDir is where sessions are recorded when no --record is given:

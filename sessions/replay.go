@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,20 +15,31 @@ import (
 // paused, sped up and seeked while it runs; a backwards seek emits a
 // trace.MarkerReplayReset marker and replays from the start up to the target
 // instantly.
+//
+// A replay of a file (OpenReplayer) reads it as it plays, one event at a
+// time, so its memory does not grow with the file; a backwards seek reads
+// the file again from its start. A file that was cut short or never
+// closed ends its replay with a trace.MarkerSessionTruncated marker.
 type Replayer struct {
-	events []trace.Event
+	src      replaySource
+	duration time.Duration
 
 	mu     sync.Mutex
 	speed  float64 // playback rate; 0 means as fast as possible
 	paused bool
-	pos    int // index of the next event to emit
+	// emitted: an event went out; lastAt is the offset of the last one.
+	emitted bool
+	lastAt  time.Duration
 	// The virtual clock: at wall time anchorWall the replay was at offset
 	// anchorOff; it advances at speed unless paused.
 	anchorWall time.Time
 	anchorOff  time.Duration
 	seek       *time.Duration
 	wake       chan struct{}
+	truncated  bool
 	waitAtEnd  bool
+	done       bool // every event went out (until a seek back)
+	ended      bool // the end (and a truncated file's marker) was handled
 }
 
 // ReplayOptions configures a Replayer.
@@ -36,17 +48,49 @@ type ReplayOptions struct {
 	Speed float64
 	// Fast emits every event immediately, ignoring offsets.
 	Fast bool
+	// Kinds, when set, limits a file replay to events of these kinds (and
+	// markers): a headless transcript needs no log lines or samples, and
+	// skipping them skips their decoding.
+	Kinds []trace.Kind
 	// WaitAtEnd keeps Run going after the last event, waiting for a seek
 	// (or ctx), so that a finished replay can still be rewound (the TUI);
 	// without it Run returns once every event is emitted.
 	WaitAtEnd bool
 }
 
-// NewReplayer prepares a replay of events (sorted by offset here; the input
-// is not modified).
+// NewReplayer prepares a replay of events held in memory (sorted by
+// offset here; the input is not modified).
 func NewReplayer(events []trace.Event, opts ReplayOptions) *Replayer {
 	evs := append([]trace.Event(nil), events...)
 	trace.SortEvents(evs)
+	r := newReplayer(sliceSource(evs), opts)
+	if len(evs) > 0 {
+		r.duration = evs[len(evs)-1].At
+	}
+	return r
+}
+
+// OpenReplayer prepares a replay of the session file at path, read as it
+// plays. It reads the file once first, without decoding its events, for
+// its length and to refuse a malformed file before anything is shown.
+func OpenReplayer(path string, opts ReplayOptions) (*Replayer, error) {
+	st, err := OpenStream(path, trace.KindMarker)
+	if err != nil {
+		return nil, err
+	}
+	var e trace.Event
+	for st.Next(&e) {
+	}
+	st.Close()
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("read session %s: %w", path, err)
+	}
+	r := newReplayer(fileSource{path: path, kinds: opts.Kinds}, opts)
+	r.duration = st.LastAt()
+	return r, nil
+}
+
+func newReplayer(src replaySource, opts ReplayOptions) *Replayer {
 	speed := opts.Speed
 	if speed <= 0 {
 		speed = 1
@@ -54,22 +98,96 @@ func NewReplayer(events []trace.Event, opts ReplayOptions) *Replayer {
 	if opts.Fast {
 		speed = 0
 	}
-	return &Replayer{events: evs, speed: speed, wake: make(chan struct{}, 1), waitAtEnd: opts.WaitAtEnd}
+	return &Replayer{src: src, speed: speed, wake: make(chan struct{}, 1), waitAtEnd: opts.WaitAtEnd}
 }
 
-// Duration is the offset of the last event.
-func (r *Replayer) Duration() time.Duration {
-	if len(r.events) == 0 {
-		return 0
-	}
-	return r.events[len(r.events)-1].At
+// replaySource opens the events of a replay from their start, each time
+// the replay starts or seeks back.
+type replaySource interface {
+	open() (eventIter, error)
 }
+
+// eventIter yields events in order; done reports why it ended: an error,
+// or the marker a cut-short file ends with (nil: none).
+type eventIter interface {
+	next(e *trace.Event) bool
+	done() (*trace.Event, error)
+	close()
+}
+
+type sliceSource []trace.Event
+
+func (s sliceSource) open() (eventIter, error) { return &sliceIter{evs: s}, nil }
+
+type sliceIter struct {
+	evs []trace.Event
+	i   int
+}
+
+func (it *sliceIter) next(e *trace.Event) bool {
+	if it.i >= len(it.evs) {
+		return false
+	}
+	*e = it.evs[it.i]
+	it.i++
+	return true
+}
+
+func (it *sliceIter) done() (*trace.Event, error) { return nil, nil }
+func (it *sliceIter) close()                      {}
+
+type fileSource struct {
+	path  string
+	kinds []trace.Kind
+}
+
+func (f fileSource) open() (eventIter, error) {
+	st, err := OpenStream(f.path, f.kinds...)
+	if err != nil {
+		return nil, err
+	}
+	return &streamIter{st: st}, nil
+}
+
+// streamIter replays a Stream, leaving out the light events it did not
+// decode.
+type streamIter struct{ st *Stream }
+
+func (it *streamIter) next(e *trace.Event) bool {
+	for it.st.Next(e) {
+		if e.Validate() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (it *streamIter) done() (*trace.Event, error) {
+	if err := it.st.Err(); err != nil {
+		return nil, err
+	}
+	reason := ""
+	switch {
+	case it.st.Truncated():
+		reason = "the file ends mid-line (the recorder was killed): what came after is missing"
+	case it.st.Unfinished():
+		reason = "the file has no clean end (its recorder did not close it): the last events may be missing"
+	default:
+		return nil, nil
+	}
+	return &trace.Event{At: it.st.LastAt(), Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerSessionTruncated, Attrs: trace.Attrs{"reason": reason}}}, nil
+}
+
+func (it *streamIter) close() { it.st.Close() }
+
+// Duration is the offset of the last event.
+func (r *Replayer) Duration() time.Duration { return r.duration }
 
 // Position is the replay's current offset; it stops at the session's end.
 func (r *Replayer) Position() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return min(r.virtualLocked(time.Now()), r.Duration())
+	return min(r.virtualLocked(time.Now()), r.duration)
 }
 
 // Done reports whether every event has been emitted: the replay is at its
@@ -77,7 +195,7 @@ func (r *Replayer) Position() time.Duration {
 func (r *Replayer) Done() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pos >= len(r.events)
+	return r.done
 }
 
 // Speed is the playback rate (0 = as fast as possible).
@@ -101,6 +219,14 @@ func (r *Replayer) SetSpeed(s float64) {
 	r.speed = s
 	r.mu.Unlock()
 	r.poke()
+}
+
+// Truncated reports that the replay ended on a file that was cut short or
+// never closed (it emitted trace.MarkerSessionTruncated).
+func (r *Replayer) Truncated() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.truncated
 }
 
 // Paused reports whether playback is paused.
@@ -155,11 +281,24 @@ func (r *Replayer) virtualLocked(now time.Time) time.Duration {
 // Run emits the events to sink and returns when all were emitted or ctx is
 // done. It must be called once.
 func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
+	it, err := r.src.open()
+	if err != nil {
+		return err
+	}
+	defer func() { it.close() }()
 	r.mu.Lock()
 	r.anchorWall, r.anchorOff = time.Now(), 0
 	r.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var next trace.Event
+	have := it.next(&next)
+	emit := func(e trace.Event) {
+		r.mu.Lock()
+		r.emitted, r.lastAt = true, e.At
+		r.mu.Unlock()
+		sink.Emit(e)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -168,18 +307,42 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 		if r.seek != nil {
 			to := *r.seek
 			r.seek = nil
-			if r.pos > 0 && (r.pos > len(r.events) || to < r.events[r.pos-1].At) {
+			back := r.emitted && to < r.lastAt
+			r.mu.Unlock()
+			if back {
 				sink.Emit(trace.Event{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerReplayReset}})
-				r.pos = 0
+				it.close()
+				if it, err = r.src.open(); err != nil {
+					return err
+				}
+				have = it.next(&next)
+				r.mu.Lock()
+				r.done, r.ended = false, false
+				r.mu.Unlock()
 			}
-			for r.pos < len(r.events) && r.events[r.pos].At <= to {
-				sink.Emit(r.events[r.pos])
-				r.pos++
+			for have && next.At <= to {
+				emit(next)
+				have = it.next(&next)
 			}
+			r.mu.Lock()
 			r.anchorWall, r.anchorOff = time.Now(), to
 		}
-		if r.pos >= len(r.events) {
+		if !have {
+			ended := r.ended
+			r.ended, r.done = true, true
 			r.mu.Unlock()
+			if !ended {
+				end, err := it.done()
+				if err != nil {
+					return err
+				}
+				if end != nil {
+					r.mu.Lock()
+					r.truncated = true
+					r.mu.Unlock()
+					emit(*end)
+				}
+			}
 			if !r.waitAtEnd {
 				return nil
 			}
@@ -199,20 +362,18 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 			}
 			continue
 		}
-		e := r.events[r.pos]
 		var wait time.Duration
 		if r.speed != 0 {
-			if vt := r.virtualLocked(time.Now()); e.At > vt {
-				wait = time.Duration(float64(e.At-vt) / r.speed)
+			if vt := r.virtualLocked(time.Now()); next.At > vt {
+				wait = time.Duration(float64(next.At-vt) / r.speed)
 			}
 		}
+		r.mu.Unlock()
 		if wait <= 0 {
-			r.pos++
-			r.mu.Unlock()
-			sink.Emit(e)
+			emit(next)
+			have = it.next(&next)
 			continue
 		}
-		r.mu.Unlock()
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():

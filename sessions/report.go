@@ -3,6 +3,7 @@ package sessions
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,7 +18,17 @@ type Report struct {
 	Runs      []RunReport `json:"runs"`
 	Bench     []BenchRun  `json:"bench,omitempty"`
 	Diagnosis Diagnosis   `json:"diagnosis"`
-	Truncated bool        `json:"truncated,omitempty"`
+	// Truncated: the file ends inside a line; Unfinished: it lacks the
+	// clean end its recorder writes on close. Either way the session may
+	// miss its last events.
+	Truncated  bool `json:"truncated,omitempty"`
+	Unfinished bool `json:"unfinished,omitempty"`
+	// RunsTotal is how many runs the session holds; RunsOmitted the ones
+	// a digest left out of Runs (a log with many restarts); ColdTotals
+	// summarises every launched run's cold window, omitted ones included.
+	RunsTotal   int   `json:"runs_total"`
+	RunsOmitted []int `json:"runs_omitted,omitempty"`
+	ColdTotals  Stats `json:"cold_total_ms"`
 	// Interrupted is the cause when a signal ended the live session early
 	// (trace.MarkerInterrupted).
 	Interrupted string `json:"interrupted,omitempty"`
@@ -43,6 +54,13 @@ type RunReport struct {
 	Failed string `json:"failed,omitempty"`
 	// Wake is set for a wake of a sleeping target (Run.Wake).
 	Wake *Wake `json:"wake,omitempty"`
+	// Untimed: the run comes from a log none of whose lines carried a
+	// timestamp; its stages have an order but no durations (but the ones
+	// the server stated), and its cold window is unknown.
+	Untimed bool `json:"untimed,omitempty"`
+	// DroppedSpans counts spans beyond the analysis' bound that were not
+	// kept (Run.DroppedSpans).
+	DroppedSpans int `json:"dropped_spans,omitempty"`
 }
 
 // StageRow is one stage in a report.
@@ -55,13 +73,27 @@ type StageRow struct {
 	Overlaps    []trace.Stage `json:"overlaps,omitempty"`
 	Workers     int           `json:"workers,omitempty"`
 	Attrs       trace.Attrs   `json:"attrs,omitempty"`
+	// AfterWindow: the stage lies after the cold window (a listener
+	// logged after the server said it was ready); DurationMS is its own
+	// length, and it counts toward no share.
+	AfterWindow bool `json:"after_window,omitempty"`
 }
 
 // BuildReport computes the report of a session.
 func BuildReport(s *Session) Report {
-	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated, Bench: BenchRuns(s.Events)}
-	for _, run := range s.Runs() {
-		r.Runs = append(r.Runs, buildRunReport(run))
+	r := Report{Header: s.Header, Diagnosis: Diagnose(s.Events), Truncated: s.Truncated, Unfinished: s.Unfinished, Bench: BenchRuns(s.Events)}
+	untimed := untimedRuns(s.Events)
+	runs := s.Runs()
+	var cold []float64
+	for _, run := range runs {
+		rr := buildRunReport(run)
+		if untimed[run.Index] {
+			untimeRun(&rr, run)
+		}
+		r.Runs = append(r.Runs, rr)
+		if run.ColdEndKind != ColdEndNone && !rr.Untimed {
+			cold = append(cold, stat.MS(run.ColdTotal()))
+		}
 	}
 	for _, e := range s.Events {
 		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerInterrupted {
@@ -71,7 +103,47 @@ func BuildReport(s *Session) Report {
 			}
 		}
 	}
+	r.RunsTotal = len(runs)
+	if d := s.Digest; d != nil {
+		r.RunsTotal, r.RunsOmitted = d.Runs, d.Omitted
+		if len(d.Omitted) > 0 {
+			cold = cold[:0]
+			for _, c := range d.ColdTotals {
+				cold = append(cold, stat.MS(c))
+			}
+		}
+	}
+	r.ColdTotals = stat.Summarize(cold)
 	return r
+}
+
+// untimeRun turns a run of a log without timestamps into what it can
+// say: its stages in the order the log named them (all sit at offset
+// zero), no dominant stage and no critical path.
+func untimeRun(rr *RunReport, run Run) {
+	rr.Untimed = true
+	rr.Dominant, rr.CriticalPath = "", nil
+	first := map[trace.Stage]int{}
+	for i, sp := range run.Spans {
+		if _, ok := first[sp.Name]; !ok {
+			first[sp.Name] = i
+		}
+	}
+	sort.SliceStable(rr.Stages, func(i, j int) bool { return first[rr.Stages[i].Name] < first[rr.Stages[j].Name] })
+}
+
+// untimedRuns are the runs of an imported log none of whose lines carried
+// a timestamp (its trace.MarkerLogClock says so).
+func untimedRuns(events []trace.Event) map[int]bool {
+	out := map[int]bool{}
+	for _, e := range events {
+		if e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerLogClock {
+			if n, ok := e.Marker.Attrs.Float("timed_lines"); ok && n == 0 {
+				out[e.Run] = true
+			}
+		}
+	}
+	return out
 }
 
 func buildRunReport(run Run) RunReport {
@@ -80,7 +152,7 @@ func buildRunReport(run Run) RunReport {
 		Index: run.Index, ColdTotalMS: stat.MS(run.ColdTotal()), ColdEnd: run.ColdEndKind,
 		UnattributedMS: stat.MS(a.Unattributed), UnattributedPct: a.UnattributedShare(),
 		Dominant: a.Dominant, CriticalPath: a.CriticalPath,
-		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed, Failed: run.Failed, Wake: run.Wake,
+		Requests: SummarizeRequests(run.Requests), Crashed: run.Crashed, Failed: run.Failed, Wake: run.Wake, DroppedSpans: run.DroppedSpans,
 	}
 	if run.Healthy > 0 {
 		rr.HealthyMS = stat.MS(run.Healthy - run.Start)
@@ -94,12 +166,27 @@ func buildRunReport(run Run) RunReport {
 			workers[sp.Name] = sp.Workers
 		}
 	}
+	inWindow := map[trace.Stage]bool{}
 	for _, st := range a.Stages {
+		inWindow[st.Name] = true
 		rr.Stages = append(rr.Stages, StageRow{
 			Name: st.Name, StartMS: stat.MS(st.Start - run.Start), DurationMS: stat.MS(st.Duration),
 			Share: st.Share, ExclusiveMS: stat.MS(st.Exclusive), Overlaps: st.Overlaps,
 			Workers: workers[st.Name], Attrs: st.Attrs,
 		})
+	}
+	if run.ColdEndKind == ColdEndNone {
+		return rr
+	}
+	// Stages the cold window does not reach still belong to the run: they
+	// are listed after it, each with its own length.
+	for _, sp := range run.Spans {
+		if inWindow[sp.Name] || sp.Start < run.ColdEnd {
+			continue
+		}
+		inWindow[sp.Name] = true
+		rr.Stages = append(rr.Stages, StageRow{Name: sp.Name, StartMS: stat.MS(sp.Start - run.Start), DurationMS: stat.MS(sp.Duration()),
+			Workers: workers[sp.Name], Attrs: sp.Attrs, AfterWindow: true})
 	}
 	return rr
 }
@@ -129,10 +216,14 @@ func (r Report) Markdown() string {
 	if device == "" && len(h.GPUs) > 0 {
 		device = h.GPUs[0].Name
 	}
-	if device != "" {
+	if device != "" && h.Origin == nil {
 		fmt.Fprintf(&b, "- device: %s\n", device)
 	}
-	fmt.Fprintf(&b, "- host: %s (%s/%s, %d CPUs)\n", h.Host.Hostname, h.Host.OS, h.Host.Arch, h.Host.CPUs)
+	if o := h.Origin; o != nil {
+		writeOrigin(&b, *o)
+	} else {
+		fmt.Fprintf(&b, "- host: %s (%s/%s, %d CPUs)\n", h.Host.Hostname, h.Host.OS, h.Host.Arch, h.Host.CPUs)
+	}
 	if !h.Created.IsZero() {
 		fmt.Fprintf(&b, "- recorded: %s by treni-top %s\n", h.Created.Format(time.RFC3339), h.ToolVersion)
 	}
@@ -143,8 +234,24 @@ func (r Report) Markdown() string {
 	if weights > 0 {
 		fmt.Fprintf(&b, "- weights: %d files, %.2f GB\n", len(h.ModelFiles), float64(weights)/1e9)
 	}
-	if r.Truncated {
-		fmt.Fprintf(&b, "- note: the file ends mid-line (the recorder was killed); everything before it is included\n")
+	for _, k := range []string{"timestamps", "rejected_timestamps", "rejected_values", "start", "runs"} {
+		if v := h.Notes[k]; v != "" && h.Target.Kind == TargetImport {
+			fmt.Fprintf(&b, "- note: %s\n", v)
+		}
+	}
+	switch {
+	case r.Truncated:
+		fmt.Fprintf(&b, "- **truncated**: the file ends mid-line (the recorder was killed); everything before that line is included, what came after is missing\n")
+	case r.Unfinished:
+		fmt.Fprintf(&b, "- **truncated**: the file has no clean end (its recorder did not close it: killed, out of disk, or crashed); the last events may be missing\n")
+	}
+	if n := len(r.RunsOmitted); n > 0 {
+		fmt.Fprintf(&b, "- runs: %d in the session; %d are detailed below (the first %d and the last), the other %d only count in the cold-start summary\n",
+			r.RunsTotal, len(r.Runs), len(r.Runs)-1, n)
+	}
+	if r.ColdTotals.N > 1 {
+		fmt.Fprintf(&b, "- cold start over %d runs: min %s, median %s, max %s\n", r.ColdTotals.N,
+			stat.FormatDuration(msDur(r.ColdTotals.Min)), stat.FormatDuration(msDur(r.ColdTotals.Median)), stat.FormatDuration(msDur(r.ColdTotals.Max)))
 	}
 	if r.Interrupted != "" {
 		fmt.Fprintf(&b, "- note: interrupted (%s) before the session ran to its end; what ran before is complete\n", r.Interrupted)
@@ -200,7 +307,12 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		title = fmt.Sprintf("Run %d: %s", run.Index, run.Wake)
 		end = strings.Replace(end, "process start", "wake", 1)
 	}
-	fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, stat.FormatDuration(time.Duration(run.ColdTotalMS*float64(time.Millisecond))), end)
+	if run.Untimed {
+		fmt.Fprintf(b, "\n## %s: unknown (the log carries no timestamps)\n\n", title)
+		b.WriteString("The stages are listed in the order the log names them; a duration shows only where the server stated it (— : unknown).\n\n")
+	} else {
+		fmt.Fprintf(b, "\n## %s: %s (%s)\n\n", title, stat.FormatDuration(msDur(run.ColdTotalMS)), end)
+	}
 	if run.Crashed {
 		fmt.Fprintf(b, "**The target crashed (exit code %d).**\n\n", run.ExitCode)
 	}
@@ -220,7 +332,22 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		for _, o := range s.Overlaps {
 			ov = append(ov, string(o))
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.1f%% | %s | %s |\n", name, stat.FormatMS(s.StartMS), stat.FormatMS(s.DurationMS), 100*s.Share, stat.FormatMS(s.ExclusiveMS), strings.Join(ov, ", "))
+		if s.AfterWindow {
+			fmt.Fprintf(b, "| %s (after the cold window) | %s | %s | | | |\n", name, stat.FormatMS(s.StartMS), stat.FormatMS(s.DurationMS))
+			continue
+		}
+		share := fmt.Sprintf("%.1f%%", 100*s.Share)
+		if run.Untimed {
+			share = "—"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", name, stat.FormatMS(s.StartMS), stat.FormatMS(s.DurationMS), share, stat.FormatMS(s.ExclusiveMS), strings.Join(ov, ", "))
+	}
+	if run.DroppedSpans > 0 {
+		fmt.Fprintf(b, "\n%d more spans of this run were not analysed (more than %d distinct spans in one run).\n", run.DroppedSpans, maxRunSpans)
+	}
+	if run.Untimed {
+		writeRequestsMarkdown(b, run.Requests)
+		return
 	}
 	un := string(trace.StageUnattributed)
 	if run.Dominant == trace.StageUnattributed {
@@ -235,6 +362,45 @@ func writeRunMarkdown(b *strings.Builder, run RunReport, numbered bool) {
 		fmt.Fprintf(b, "\nCritical path: %s\n", strings.Join(steps, " → "))
 	}
 	writeRequestsMarkdown(b, run.Requests)
+}
+
+// msDur converts milliseconds to a duration.
+func msDur(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// writeOrigin renders where an imported log was written, as far as it
+// says: never the importing machine.
+func writeOrigin(b *strings.Builder, o Origin) {
+	var parts []string
+	if o.Version != "" {
+		parts = append(parts, o.Server+" "+o.Version)
+	}
+	if o.Device != "" {
+		parts = append(parts, "device "+o.Device)
+	}
+	if len(o.GPUs) > 0 {
+		parts = append(parts, "GPU "+strings.Join(o.GPUs, ", "))
+	}
+	if o.TP > 1 {
+		parts = append(parts, fmt.Sprintf("tensor parallel %d", o.TP))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "the log states no device, GPU or version")
+	}
+	fmt.Fprintf(b, "- origin (as the log states): %s\n", strings.Join(parts, " · "))
+	host := "unknown (the log does not say; not this machine)"
+	if o.Host != "" {
+		host = o.Host + " (from the " + o.Wrapper + " prefix)"
+	}
+	fmt.Fprintf(b, "- host: %s\n", host)
+	if o.Source != "" {
+		fmt.Fprintf(b, "- source: %s\n", o.Source)
+	}
+	if o.Wrapper != "" {
+		fmt.Fprintf(b, "- collector: %s (its prefixes stripped)\n", o.Wrapper)
+	}
+	if o.Clock != "" {
+		fmt.Fprintf(b, "- clock: %s\n", o.Clock)
+	}
 }
 
 // writeRequestsMarkdown renders the request table, warm statistics and

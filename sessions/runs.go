@@ -46,6 +46,9 @@ type Run struct {
 	// complete its cold sequence (never healthy, a request failed, the
 	// target exited), so its numbers are partial.
 	Failed string `json:"failed,omitempty"`
+	// DroppedSpans counts distinct spans beyond maxRunSpans that were not
+	// kept.
+	DroppedSpans int `json:"dropped_spans,omitempty"`
 }
 
 // NeverLaunched reports a run that failed before anything was started or
@@ -70,103 +73,136 @@ func (r Run) ColdRequest() (trace.Request, bool) {
 // Runs groups the session's events into runs.
 func (s *Session) Runs() []Run { return Analyze(s.Events) }
 
+// maxRunSpans bounds the distinct spans kept for one run: a cold start has
+// a few dozen; a file with more (a log that repeats its stage lines
+// without ever saying the server restarted) keeps its first ones and
+// counts the rest in Run.DroppedSpans, so analysis holds bounded memory.
+const maxRunSpans = 100_000
+
 // Analyze groups events by run and computes each run's spans, cold window,
 // attribution and requests.
 func Analyze(events []trace.Event) []Run {
-	type acc struct {
-		run      Run
-		hasStart bool
-		spans    map[spanKey]trace.Span
-		order    []spanKey
-		reqs     map[string]trace.Request
-		reqOrder []string
-		lastAt   time.Duration
-		spawned  bool // a process start was seen
+	a := newRunAnalyzer()
+	for i := range events {
+		a.add(&events[i])
 	}
-	byRun := map[int]*acc{}
-	get := func(i int) *acc {
-		a, ok := byRun[i]
-		if !ok {
-			a = &acc{run: Run{Index: i}, spans: map[spanKey]trace.Span{}, reqs: map[string]trace.Request{}}
-			byRun[i] = a
-		}
-		return a
+	return a.runs()
+}
+
+// runAnalyzer is Analyze one event at a time, for readers that stream a
+// file. Events without their payload (a Stream's light events) only
+// move the run's last offset.
+type runAnalyzer struct {
+	byRun map[int]*runAcc
+}
+
+type runAcc struct {
+	run      Run
+	hasStart bool
+	spans    map[spanKey]int // index into order
+	order    []trace.Span
+	reqs     map[string]int // index into reqList
+	reqList  []trace.Request
+	lastAt   time.Duration
+	spawned  bool // a process start was seen
+}
+
+func newRunAnalyzer() *runAnalyzer { return &runAnalyzer{byRun: map[int]*runAcc{}} }
+
+func (a *runAnalyzer) get(i int) *runAcc {
+	r, ok := a.byRun[i]
+	if !ok {
+		r = &runAcc{run: Run{Index: i}, spans: map[spanKey]int{}, reqs: map[string]int{}}
+		a.byRun[i] = r
 	}
-	for _, e := range events {
-		a := get(e.Run)
-		if e.At > a.lastAt {
-			a.lastAt = e.At
+	return r
+}
+
+func (r *runAcc) setStart(t time.Duration) {
+	if !r.hasStart || t < r.run.Start {
+		r.run.Start, r.hasStart = t, true
+	}
+}
+
+// add takes one event.
+func (a *runAnalyzer) add(e *trace.Event) {
+	r := a.get(e.Run)
+	if e.At > r.lastAt {
+		r.lastAt = e.At
+	}
+	switch {
+	case e.Kind == trace.KindStage && e.Stage != nil:
+		sp := *e.Stage
+		k := spanKey{sp.Name, sp.Start}
+		if i, seen := r.spans[k]; seen {
+			r.order[i] = sp
+		} else if len(r.order) < maxRunSpans {
+			r.spans[k] = len(r.order)
+			r.order = append(r.order, sp)
+		} else {
+			r.run.DroppedSpans++
 		}
-		setStart := func(t time.Duration) {
-			if !a.hasStart || t < a.run.Start {
-				a.run.Start, a.hasStart = t, true
+	case e.Kind == trace.KindProcess && e.Process != nil:
+		switch e.Process.Action {
+		case trace.ProcessStart:
+			r.setStart(e.At)
+			r.spawned = true
+		case trace.ProcessExit:
+			p := *e.Process
+			r.run.Exit = &p
+			r.run.Crashed = !p.Expected
+		}
+	case e.Kind == trace.KindMarker && e.Marker != nil:
+		switch e.Marker.Name {
+		case trace.MarkerRunStart:
+			r.setStart(e.At)
+			r.run.Wake = wakeOf(e.Marker.Attrs)
+		case trace.MarkerHealthy:
+			if r.run.Healthy == 0 {
+				r.run.Healthy = e.At
+			}
+		case trace.MarkerRunFailed:
+			if r.run.Failed == "" {
+				r.run.Failed, _ = e.Marker.Attrs.String("error")
 			}
 		}
-		switch e.Kind {
-		case trace.KindStage:
-			sp := *e.Stage
-			k := spanKey{sp.Name, sp.Start}
-			if _, seen := a.spans[k]; !seen {
-				a.order = append(a.order, k)
-			}
-			a.spans[k] = sp
-		case trace.KindProcess:
-			switch e.Process.Action {
-			case trace.ProcessStart:
-				setStart(e.At)
-				a.spawned = true
-			case trace.ProcessExit:
-				p := *e.Process
-				a.run.Exit = &p
-				a.run.Crashed = !p.Expected
-			}
-		case trace.KindMarker:
-			switch e.Marker.Name {
-			case trace.MarkerRunStart:
-				setStart(e.At)
-				a.run.Wake = wakeOf(e.Marker.Attrs)
-			case trace.MarkerHealthy:
-				if a.run.Healthy == 0 {
-					a.run.Healthy = e.At
-				}
-			case trace.MarkerRunFailed:
-				if a.run.Failed == "" {
-					a.run.Failed, _ = e.Marker.Attrs.String("error")
-				}
-			}
-		case trace.KindRequest:
-			q := *e.Request
-			if _, seen := a.reqs[q.ID]; !seen {
-				a.reqOrder = append(a.reqOrder, q.ID)
-			}
-			a.reqs[q.ID] = q
+	case e.Kind == trace.KindRequest && e.Request != nil:
+		q := *e.Request
+		if i, seen := r.reqs[q.ID]; seen {
+			r.reqList[i] = q
+		} else {
+			r.reqs[q.ID] = len(r.reqList)
+			r.reqList = append(r.reqList, q)
 		}
 	}
+}
+
+// runs computes each run from what add took.
+func (a *runAnalyzer) runs() []Run {
 	var idx []int
-	for i := range byRun {
+	for i := range a.byRun {
 		idx = append(idx, i)
 	}
 	sort.Ints(idx)
 	var runs []Run
 	for _, i := range idx {
-		a := byRun[i]
-		r := a.run
-		for _, k := range a.order {
-			r.Spans = append(r.Spans, a.spans[k])
-		}
+		acc := a.byRun[i]
+		r := acc.run
+		r.Spans = append([]trace.Span(nil), acc.order...)
 		sort.SliceStable(r.Spans, func(i, j int) bool { return r.Spans[i].Start < r.Spans[j].Start })
+		hasStart := acc.hasStart
 		for _, sp := range r.Spans {
-			if !a.hasStart || sp.Start < r.Start {
-				r.Start, a.hasStart = sp.Start, true
+			if !hasStart || sp.Start < r.Start {
+				r.Start, hasStart = sp.Start, true
 			}
 		}
-		for _, id := range a.reqOrder {
-			if q := a.reqs[id]; q.Done {
+		for _, q := range acc.reqList {
+			if q.Done {
 				r.Requests = append(r.Requests, q)
 			}
 		}
 		sort.SliceStable(r.Requests, func(i, j int) bool { return r.Requests[i].Sent < r.Requests[j].Sent })
-		if r.Failed != "" && !a.spawned && len(r.Spans) == 0 && len(r.Requests) == 0 {
+		if r.Failed != "" && !acc.spawned && len(r.Spans) == 0 && len(r.Requests) == 0 {
 			// It failed before anything was measured (the port was
 			// taken, the eviction could not be verified, an attached
 			// server never answered): no cold window to time, only the
@@ -176,10 +212,10 @@ func Analyze(events []trace.Event) []Run {
 			runs = append(runs, r)
 			continue
 		}
-		if len(r.Spans) == 0 && len(r.Requests) == 0 && !a.hasStart {
+		if len(r.Spans) == 0 && len(r.Requests) == 0 && !hasStart {
 			continue
 		}
-		if !launched(r, a.hasStart) {
+		if !launched(r, hasStart) {
 			// Requests against a server someone else started: there is
 			// no cold start to decompose.
 			r.ColdEndKind = ColdEndNone
@@ -189,7 +225,7 @@ func Analyze(events []trace.Event) []Run {
 			runs = append(runs, r)
 			continue
 		}
-		r.ColdEnd, r.ColdEndKind = coldEnd(r, a.lastAt)
+		r.ColdEnd, r.ColdEndKind = coldEnd(r, acc.lastAt)
 		spans := r.Spans
 		if q, ok := r.ColdRequest(); ok && q.FirstToken > 0 && !hasStage(spans, trace.StageFirstRequest) {
 			// The prober measured the cold request; show it as the

@@ -58,11 +58,14 @@ func normalize(t *testing.T, e trace.Event) trace.Event {
 func TestTruncatedAtEveryByteOfLastLine(t *testing.T) {
 	evs := coldRun(0, 0, 1, warm5)
 	path := writeSession(t, t.TempDir(), "s.jsonl", evs)
-	data, err := os.ReadFile(path)
+	full, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := bytes.TrimSuffix(data, []byte("\n"))
+	// A recorder killed before it closed the file: no clean-end marker.
+	body := bytes.TrimSuffix(full, []byte("\n"))
+	data := full[:bytes.LastIndexByte(body, '\n')+1]
+	body = bytes.TrimSuffix(data, []byte("\n"))
 	lastStart := bytes.LastIndexByte(body, '\n') + 1
 	for cut := lastStart; cut <= len(data); cut++ {
 		s, err := Read(bytes.NewReader(data[:cut]))
@@ -75,8 +78,8 @@ func TestTruncatedAtEveryByteOfLastLine(t *testing.T) {
 			want = len(evs)
 		}
 		if cut == len(data) {
-			if s.Truncated || len(s.Events) != len(evs) {
-				t.Fatalf("full file: truncated=%v n=%d", s.Truncated, len(s.Events))
+			if s.Truncated || !s.Unfinished || len(s.Events) != len(evs) {
+				t.Fatalf("file without its clean end: truncated=%v unfinished=%v n=%d", s.Truncated, s.Unfinished, len(s.Events))
 			}
 			continue
 		}
@@ -86,6 +89,38 @@ func TestTruncatedAtEveryByteOfLastLine(t *testing.T) {
 		if cut > lastStart && cut < len(data)-1 && !s.Truncated {
 			t.Fatalf("cut at %d: not marked truncated", cut)
 		}
+	}
+}
+
+// TestCleanEnd: a closed file ends with the clean-end marker, which the
+// reader consumes; a file cut inside that marker is truncated with every
+// event kept, and a file of format 1.0 (no marker) is not called
+// unfinished.
+func TestCleanEnd(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	path := writeSession(t, t.TempDir(), "s.jsonl", evs)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(bytes.NewReader(data))
+	if err != nil || s.Truncated || s.Unfinished || len(s.Events) != len(evs) {
+		t.Fatalf("closed file: %v truncated=%v unfinished=%v n=%d", err, s.Truncated, s.Unfinished, len(s.Events))
+	}
+	if !bytes.Contains(data, []byte(`"name":"`+trace.MarkerSessionEnd+`"`)) {
+		t.Fatal("no clean-end marker written")
+	}
+	s, err = Read(bytes.NewReader(data[:len(data)-10]))
+	if err != nil || !s.Truncated || len(s.Events) != len(evs) {
+		t.Fatalf("cut inside the end marker: %v truncated=%v n=%d", err, s.Truncated, len(s.Events))
+	}
+	if md := BuildReport(s).Markdown(); !strings.Contains(md, "**truncated**") {
+		t.Errorf("the report does not say the file is truncated:\n%s", md)
+	}
+	old := strings.Replace(headerLine(t), `"version":"`+FormatVersion+`"`, `"version":"1.0"`, 1)
+	s, err = Read(strings.NewReader(old + "\n" + `{"t":2,"kind":"marker","marker":{"name":"x"}}` + "\n"))
+	if err != nil || s.Unfinished || s.Truncated {
+		t.Fatalf("format 1.0 without an end marker: %v unfinished=%v", err, s.Unfinished)
 	}
 }
 
@@ -113,7 +148,7 @@ func TestTruncatedGzip(t *testing.T) {
 }
 
 func TestReaderRefusals(t *testing.T) {
-	newer := strings.Replace(headerLine(t), `"version":"1.0"`, `"version":"2.3"`, 1)
+	newer := strings.Replace(headerLine(t), `"version":"`+FormatVersion+`"`, `"version":"2.3"`, 1)
 	cases := map[string]string{
 		"empty":       "",
 		"not json":    "hello\n",
@@ -136,7 +171,7 @@ func TestReaderRefusals(t *testing.T) {
 		}
 	}
 	// A newer minor version with an unknown event kind still reads.
-	minor := strings.Replace(headerLine(t), `"version":"1.0"`, `"version":"1.7"`, 1)
+	minor := strings.Replace(headerLine(t), `"version":"`+FormatVersion+`"`, `"version":"1.7"`, 1)
 	s, err := Read(strings.NewReader(minor + "\n" + `{"t":1,"kind":"hologram","hologram":{}}` + "\n" + `{"t":2,"kind":"marker","marker":{"name":"x"}}` + "\n"))
 	if err != nil || s.Skipped != 1 || len(s.Events) != 1 {
 		t.Fatalf("newer minor: %v skipped=%v", err, s)

@@ -350,8 +350,28 @@ const (
 	// the replay seeked backwards and starts again from offset zero.
 	MarkerReplayReset = "replay_reset"
 	// MarkerLogClock records how many lines of an imported log carried
-	// their own timestamp (attrs timed_lines, lines).
+	// their own timestamp (attrs timed_lines, lines, and wrapper_lines,
+	// untimed_lines, rejected_lines, first_rejected).
 	MarkerLogClock = "log_clock"
+	// MarkerLogOrigin carries what an imported log states about where it
+	// was written (attrs device, gpus, tp, version, model), so that the
+	// diagnosis never reads the importing machine's facts instead.
+	MarkerLogOrigin = "log_origin"
+	// MarkerValueRejected: a log line's figure was not a finite number
+	// (or overflowed once converted) and was refused where it was parsed;
+	// the line stays a plain line (attrs: line, reason).
+	MarkerValueRejected = "value_rejected"
+	// MarkerEventDropped: the recorder could not encode an event (a value
+	// JSON cannot hold) and wrote this instead; later events are kept
+	// (attrs: kind, error).
+	MarkerEventDropped = "event_dropped"
+	// MarkerSessionEnd is the last line the recorder writes when it closes
+	// a file (attrs: events, dropped); a file without it was not closed
+	// cleanly. Readers consume it.
+	MarkerSessionEnd = "session_end"
+	// MarkerSessionTruncated ends a replay of a file that was cut short
+	// or never closed (attrs: reason).
+	MarkerSessionTruncated = "session_truncated"
 
 	// MarkerSequenceDone: the cold sequence of a run finished (attrs: run,
 	// requests, errors).

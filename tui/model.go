@@ -396,6 +396,8 @@ func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
 			m.bench.sample() // the final figures
 		}
 		switch {
+		case m.opts.Replay != nil && replayTruncated(m.opts.Replay):
+			m.status = "replay finished: the session file is TRUNCATED (not closed cleanly) · q quits"
 		case m.opts.Replay != nil:
 			m.status = "replay finished · q quits"
 		case m.bench != nil:
@@ -416,6 +418,13 @@ func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	return m, tea.Batch(cmds...)
+}
+
+// replayTruncated: the replay ended on a session file that was cut short
+// or never closed (*sessions.Replayer says so).
+func replayTruncated(r ReplayControl) bool {
+	t, ok := r.(interface{ Truncated() bool })
+	return ok && t.Truncated()
 }
 
 // applyEvents feeds events to the state; a replay reset (a backwards seek)

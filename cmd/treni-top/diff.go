@@ -124,11 +124,12 @@ func parseDiffArgs(args []string, against *[]string, threshold *float64, asJSON 
 	return base, nil
 }
 
-// openAll reads every session file named.
+// openAll reads what diff needs of every session file named (a digest:
+// bounded memory whatever the files' size).
 func openAll(paths []string) ([]*sessions.Session, error) {
 	var out []*sessions.Session
 	for _, p := range paths {
-		s, err := sessions.Open(p)
+		s, err := sessions.OpenDigest(p)
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,18 @@ from the server's own lines (vLLM V0 and V1, SGLang, TGI, llama.cpp's
 llama-server, Ollama, and treni-top serve's JSON stage lines); times come from
 the lines' timestamps, and lines without one are placed between their
 neighbours. --kind auto (the default) tells the server from the lines.
+Real logs arrive wrapped: docker compose ("svc-1  | "), docker logs -t
+(RFC 3339 timestamps), kubectl logs --prefix ("[pod/x/c] ") and journald or
+syslog ("May  1 10:00:00 host unit[pid]: ") prefixes are stripped before the
+kind is detected, and the collector's timestamp is used for lines that carry
+none. A line without any timestamp keeps the previous timed line's time: a
+log without timestamps gives the stages' order, not their durations. The
+session records what the log states about where it ran (device, GPU, tensor
+parallel size, version), never this machine's facts. A log in which the
+server starts several times gives one run per start. The import streams: its
+memory does not grow with the log, and nothing is written to -o unless it
+succeeds. A --kind whose lines the log does not contain is an error (exit 2)
+that names the kind the lines look like.
 Without -o the session goes to the default session directory.`,
 		Example: `  treni-top import vllm.log -o vllm.jsonl
   treni-top import --kind sglang server.log.gz -o sglang.jsonl.gz

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/tui"
 )
 
@@ -27,28 +28,45 @@ prints the report as JSON.`,
 		Example: "  treni-top replay session.jsonl --speed 4\n  treni-top replay session.jsonl --headless",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := sessions.Open(args[0])
-			if err != nil {
-				return withExit(2, err)
-			}
 			if headless && !cmd.Flags().Changed("speed") {
 				fast = true // CI wants the report, not the original pace
 			}
 			tuiMode := !headless && !asJSON
 			// In the TUI a finished replay waits for a seek back.
-			rp := sessions.NewReplayer(s.Events, sessions.ReplayOptions{Speed: speed, Fast: fast, WaitAtEnd: tuiMode})
+			opts := sessions.ReplayOptions{Speed: speed, Fast: fast, WaitAtEnd: tuiMode}
+			if !tuiMode {
+				// The transcript reads no log lines or samples.
+				opts.Kinds = []trace.Kind{trace.KindProcess, trace.KindStage, trace.KindRequest}
+			}
+			// The file is read as it plays, and the report from a digest:
+			// memory does not grow with the file.
+			rp, err := sessions.OpenReplayer(args[0], opts)
+			if err != nil {
+				return withExit(2, err)
+			}
 			ctx := cmd.Context()
-			sub, stop := rp.Play(ctx)
-			defer stop()
 			if tuiMode {
-				return tui.Run(ctx, tui.Options{Header: s.Header, Sub: sub, Replay: rp, File: args[0], NoColor: noColor, Light: light, Mouse: mouse})
+				h, err := sessions.ReadHeader(args[0])
+				if err != nil {
+					return withExit(2, err)
+				}
+				sub, stop := rp.Play(ctx)
+				defer stop()
+				return tui.Run(ctx, tui.Options{Header: h, Sub: sub, Replay: rp, File: args[0], NoColor: noColor, Light: light, Mouse: mouse})
 			}
 			if headless {
 				// Progress on stderr, as run --headless: stdout carries
 				// only the report.
-				if err := sessions.PrintProgress(ctx, cmd.ErrOrStderr(), sub); err != nil {
+				sub, stop := rp.Play(ctx)
+				err := sessions.PrintProgress(ctx, cmd.ErrOrStderr(), sub)
+				stop()
+				if err != nil {
 					return withExit(2, err)
 				}
+			}
+			s, err := sessions.OpenDigest(args[0])
+			if err != nil {
+				return withExit(2, err)
 			}
 			rep := sessions.BuildReport(s)
 			if asJSON {

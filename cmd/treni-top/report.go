@@ -27,23 +27,33 @@ counters, requests as async slices with a mark per token.`,
   treni-top report session.jsonl --format chrome -o trace.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := sessions.Open(args[0])
-			if err != nil {
-				return withExit(2, err)
-			}
 			var data []byte
 			switch format {
-			case "md", "markdown":
-				data = []byte(sessions.BuildReport(s).Markdown())
-			case "json":
-				data, err = sessions.BuildReport(s).JSON()
+			case "md", "markdown", "json":
+				// The report reads the file in two bounded passes: no
+				// log lines, and only the samples the diagnosis weighs.
+				s, err := sessions.OpenDigest(args[0])
+				if err != nil {
+					return withExit(2, err)
+				}
+				rep := sessions.BuildReport(s)
+				if format == "json" {
+					if data, err = rep.JSON(); err != nil {
+						return withExit(2, err)
+					}
+				} else {
+					data = []byte(rep.Markdown())
+				}
 			case "chrome", "perfetto":
-				data, err = sessions.ExportChrome(s)
+				s, err := sessions.Open(args[0])
+				if err != nil {
+					return withExit(2, err)
+				}
+				if data, err = sessions.ExportChrome(s); err != nil {
+					return withExit(2, err)
+				}
 			default:
 				return withExit(2, fmt.Errorf("unknown --format %q: use md, json or chrome", format))
-			}
-			if err != nil {
-				return withExit(2, err)
 			}
 			return writeOutput(cmd, out, data)
 		},

@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -203,40 +204,48 @@ var sharedFixtureWants = map[string]fixtureWant{
 		{trace.StageGraphCapture, 2.992, 0, 0, nil},
 		{trace.StageHTTPReady, 6.011, 0, 0, nil},
 	}},
-	// llama.cpp logs carry no time: durations count lines.
-	"llamacpp/b3892-2024-10-metal-m3max-starcoder15b-hf-download.log": {KindLlamaCpp, 66, []want{
-		{trace.StageRuntimeInit, 6, 0, 0, nil},
-		{trace.StageTensorIndexBuild, 21, 0, 0, map[string]float64{trace.AttrTensors: 485}},
-		{trace.StageDecoderTensorUpload, 7, 0, 0, map[string]float64{trace.AttrBytes: 10769.63 * miB, "host_bytes": 390 * miB, "layers_offloaded": 41}},
-		{trace.StageKVAlloc, 18, 0, 0, map[string]float64{trace.AttrBytes: 40 * miB, "compute_bytes": 248.01 * miB}},
-		{trace.StageCUDAInit, 5, 0, 0, nil},
-		{trace.StageWarmup, 1, 0, 0, nil},
-		{trace.StageHTTPReady, 1, 0, 0, nil},
+	// llama.cpp logs carry no time: the stages have an order, no durations.
+	// llama.cpp before 2026 prints no time at all: the stages keep the
+	// log's order, every one at offset zero, and no duration (none is
+	// made up from counting lines); runtime_init (first line → loading)
+	// has no length to show.
+	"llamacpp/b3892-2024-10-metal-m3max-starcoder15b-hf-download.log": {KindLlamaCpp, 0, []want{
+		{trace.StageTensorIndexBuild, 0, 0, 0, map[string]float64{trace.AttrTensors: 485}},
+		{trace.StageDecoderTensorUpload, 0, 0, 0, map[string]float64{trace.AttrBytes: 10769.63 * miB, "host_bytes": 390 * miB, "layers_offloaded": 41}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBytes: 40 * miB, "compute_bytes": 248.01 * miB}},
+		{trace.StageCUDAInit, 0, 0, 0, nil},
+		{trace.StageWarmup, 0, 0, 0, nil},
+		{trace.StageHTTPReady, 0, 0, 0, nil},
 	}},
-	"llamacpp/b6699-2025-10-cuda-rtx3070-gpt-oss-20b-cpu-moe.log": {KindLlamaCpp, 69, []want{
-		{trace.StageCUDAInit, 3, 0, 0, map[string]float64{"devices": 1}},
-		{trace.StageRuntimeInit, 11, 0, 0, nil},
-		{trace.StageTensorIndexBuild, 18, 0, 0, map[string]float64{trace.AttrTensors: 459}},
-		{trace.StageDecoderTensorUpload, 7, 0, 0, map[string]float64{trace.AttrBytes: 1242.03 * miB, "host_bytes": 10949.33 * miB}},
-		{trace.StageKVAlloc, 21, 0, 0, map[string]float64{trace.AttrBytes: 3090 * miB, trace.AttrTokens: 131072}},
-		{trace.StageWarmup, 1, 0, 0, nil},
+	"llamacpp/b6699-2025-10-cuda-rtx3070-gpt-oss-20b-cpu-moe.log": {KindLlamaCpp, 0, []want{
+		{trace.StageCUDAInit, 0, 0, 0, map[string]float64{"devices": 1}},
+		{trace.StageTensorIndexBuild, 0, 0, 0, map[string]float64{trace.AttrTensors: 459}},
+		{trace.StageDecoderTensorUpload, 0, 0, 0, map[string]float64{trace.AttrBytes: 1242.03 * miB, "host_bytes": 10949.33 * miB}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBytes: 3090 * miB, trace.AttrTokens: 131072}},
+		{trace.StageWarmup, 0, 0, 0, nil},
 		{trace.StageHTTPReady, 0, 0, 0, nil},
 	}},
 	// Ollama: "llama runner started in 2.46 seconds" (printed twice) and
-	// the lazy load inside the first /api/generate (4.006 s).
+	// the lazy load inside the first /api/generate (4.006 s). The runner's
+	// llama.cpp lines carry no time: they sit at the last timed line
+	// before them, so the stages they make have no length of their own.
 	"ollama/v0.2x-2026-05-llamarunner-qwen2.5-coder-7b-rtx3060.log": {KindOllama, -1, []want{
 		{trace.StageFirstRequest, 4.006, 4.006473015, 0, map[string]float64{"status": 200}},
 		{trace.StageModelLoad, 2.461, 2.46, 0, nil},
-		{trace.StageTensorIndexBuild, 0.896, 0, 0, map[string]float64{trace.AttrTensors: 339}},
-		{trace.StageDecoderTensorUpload, 0.283, 0, 0, map[string]float64{"layers_offloaded": 29, trace.AttrBytes: 4168.09 * miB}},
-		{trace.StageKVAlloc, 0.896, 0, 0, map[string]float64{trace.AttrBytes: 224 * miB, trace.AttrTokens: 4096}},
+		{trace.StageTensorIndexBuild, 0, 0, 0, map[string]float64{trace.AttrTensors: 339}},
+		{trace.StageDecoderTensorUpload, 0, 0, 0, map[string]float64{"layers_offloaded": 29, trace.AttrBytes: 4168.09 * miB}},
+		{trace.StageKVAlloc, 0, 0, 0, map[string]float64{trace.AttrBytes: 224 * miB, trace.AttrTokens: 4096}},
 	}},
 	"ollama/v0.3.x-2024-11-cpp-runner-granite-8b-m1pro-partial-offload-debug.log": {KindOllama, -1, []want{
 		{trace.StageModelLoad, 20.92, 20.92, 0, nil},
-		{trace.StageTensorIndexBuild, 0.183, 0, 0, map[string]float64{trace.AttrTensors: 578}},
-		{trace.StageDecoderTensorUpload, 0.585, 0, 0, map[string]float64{"layers_offloaded": 20, "layers_total": 37}},
-		{trace.StageKVAlloc, 16.769, 0, 0, map[string]float64{trace.AttrBytes: 18000 * miB}},
-		{trace.StageCUDAInit, 0.327, 0, 0, nil},
+		// Timed only by the slog lines around them (and the C++ runner's
+		// whole-second stamps): upload from the first load_tensors line to
+		// the timed line before the context block, KV from there to the
+		// last timed line before "graph splits".
+		{trace.StageTensorIndexBuild, 0, 0, 0, map[string]float64{trace.AttrTensors: 578}},
+		{trace.StageDecoderTensorUpload, 0.754, 0, 0, map[string]float64{"layers_offloaded": 20, "layers_total": 37}},
+		{trace.StageKVAlloc, 0.503, 0, 0, map[string]float64{trace.AttrBytes: 18000 * miB}},
+		{trace.StageCUDAInit, 0.503, 0, 0, nil},
 	}},
 }
 
@@ -380,7 +389,11 @@ var fixtureRef = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 func parseFixture(t testing.TB, rel string, deferred bool) (*Parser, []trace.Span, []trace.Stage, []time.Duration) {
 	lines := readFixture(t, rel)
 	kind := DetectKind(nil, lines)
-	_, at, _ := LineTimes(kind, lines, fixtureRef)
+	clock := NewLineClock(kind, fixtureRef)
+	at := make([]time.Duration, len(lines))
+	for i, l := range lines {
+		at[i], _ = clock.Place(Unwrap(l, fixtureRef))
+	}
 	p := NewParser(kind, trace.ClockAt(fixtureRef))
 	p.SetDeferred(deferred)
 	var live []trace.Span
@@ -392,7 +405,7 @@ func parseFixture(t testing.TB, rel string, deferred bool) (*Parser, []trace.Spa
 	}
 	final := p.Flush(at[len(at)-1])
 	if deferred {
-		return p, final, stages, at
+		return p, finalSpans(append(live, final...)), stages, at
 	}
 	return p, append(live, final...), stages, at
 }
@@ -543,4 +556,40 @@ func names(s []trace.Span) []trace.Stage {
 		out = append(out, x.Name)
 	}
 	return out
+}
+
+// TestPrefilterChangesNothing feeds every fixture (and the generated-log
+// shapes of scripts/genlog.py) to parsers with and without the prefilter:
+// the spans, the stage of each line, readiness and origin are the same.
+func TestPrefilterChangesNothing(t *testing.T) {
+	for _, rel := range fixtureLogs(t) {
+		lines := readFixture(t, rel)
+		kind := DetectKind(nil, lines)
+		for _, deferred := range []bool{false, true} {
+			a, b := feedCompare(kind, deferred, lines)
+			if a != b {
+				t.Errorf("%s (deferred %v): the prefilter changed the result:\n with    %s\n without %s", rel, deferred, a, b)
+			}
+		}
+	}
+}
+
+// feedCompare parses lines with and without the prefilter and renders
+// everything each returned.
+func feedCompare(kind Kind, deferred bool, lines []string) (with, without string) {
+	run := func(noFilter bool) string {
+		p := NewParser(kind, trace.ClockAt(fixtureRef))
+		p.SetDeferred(deferred)
+		p.noPrefilter = noFilter
+		var b strings.Builder
+		for i, l := range lines {
+			sp, st := p.Feed(time.Duration(i)*time.Second, l)
+			fmt.Fprintf(&b, "%d %s %v %v %q|", i, st, sp, p.LastRuns(), p.Rejected())
+		}
+		fmt.Fprintf(&b, "flush %v", p.Flush(time.Duration(len(lines))*time.Second))
+		at, ok := p.Ready()
+		fmt.Fprintf(&b, " ready %v %v origin %+v run %d", at, ok, p.Origin(), p.Run())
+		return b.String()
+	}
+	return run(false), run(true)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Kind names the server that wrote a log.
@@ -90,10 +91,11 @@ func kindFromCommand(command []string) Kind {
 // kindFromLines lets each line vote for the kind whose distinctive text it
 // carries and returns the kind with most votes. Ollama embeds llama.cpp's
 // loader lines, so llama.cpp loses ties and Ollama's own lines count double.
+// Collectors' prefixes (Unwrap) are seen through.
 func kindFromLines(lines []string) Kind {
 	votes := map[Kind]int{}
 	for _, l := range lines {
-		if k := lineKind(l); k != KindUnknown {
+		if k := lineKind(Unwrap(l, time.Time{}).Line); k != KindUnknown {
 			votes[k]++
 			if k == KindOllama || k == KindTreni {
 				votes[k]++

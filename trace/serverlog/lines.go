@@ -4,80 +4,190 @@ import (
 	"time"
 )
 
-// UntimedSpacing is the distance LineTimes puts between consecutive lines
-// of a log that carries no timestamps at all: a span's length then counts
-// its lines, not time.
-const UntimedSpacing = time.Second
+// LineTime says where a line's offset came from.
+type LineTime uint8
 
-// LineTimes places every line of a log on one time axis for import. The
-// lines' own timestamps (ParseTimestamp) are used where present, each
-// parsed relative to the previous one so that year-less and zone-less
-// stamps resolve near their neighbours; a stamp earlier than one before it
-// (second-truncated stamps between millisecond ones) is raised to keep the
-// axis monotonic; lines without one are placed evenly between their timed
-// neighbours (before the first: at the first; after the last: at the
-// last). A log with no timestamp at all is spaced UntimedSpacing apart.
+// How a line was placed on the time axis.
+const (
+	// TimeNone: the line carries no time; it takes the previous timed
+	// line's offset (order, not time).
+	TimeNone LineTime = iota
+	// TimeOwn: the server's own timestamp on the line.
+	TimeOwn
+	// TimeWrapper: the collector's timestamp (docker logs -t, journald),
+	// for a line that carries none of its own.
+	TimeWrapper
+	// TimeRejected: the line's timestamp is impossible (before 2000, or
+	// after the log was written); the line is placed as if it had none.
+	TimeRejected
+)
+
+// earliestPlausible is the earliest time a server log of this kind can
+// carry: none of these servers existed before it, and a clock that says
+// 1970 has not been set.
+var earliestPlausible = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// futureSlack is how far past the log's reference time (its file's
+// modification time) a timestamp may lie: clocks of two machines disagree,
+// and a file copied keeps its own time, but a log cannot say what happened
+// days after it was written (a line that jumps to year 9999).
+const futureSlack = 48 * time.Hour
+
+// LineClock places the lines of a log on one time axis as they are read,
+// for import, without looking ahead: a line's own timestamp (ParseTimestamp)
+// where it has one, else its collector's (Unwrapped.At), else the previous
+// timed line's offset. Untimed lines therefore keep their order but no
+// time of their own: durations never come from counting lines. Offset zero
+// is the first timed line; a stamp earlier than one before it is raised
+// to keep the axis monotonic; an impossible stamp is ignored and counted.
 //
-// It returns the wall-clock time of offset zero (the first timestamp;
-// ref when there is none), the offset of each line, and how many lines
-// carried a timestamp. ref completes stamps that omit the year or zone,
-// and is the process start for llama.cpp's elapsed-time prefix; zero means
-// now.
-func LineTimes(kind Kind, lines []string, ref time.Time) (time.Time, []time.Duration, int) {
-	if ref.IsZero() {
-		ref = time.Now()
+// Year-less and zone-less stamps resolve near the previous line's, and the
+// first line that carries both its own stamp and its collector's fixes the
+// difference between the two clocks (the server's local zone against the
+// collector's UTC, rounded to 15 minutes; for llama.cpp, whose stamps count
+// from its start, exactly), so lines timed by either stay on one axis.
+type LineClock struct {
+	kind Kind
+	ref  time.Time
+
+	prev    time.Time // the previous own stamp, as read (year inference)
+	maxT    time.Time
+	start   time.Time
+	started bool
+	lastAt  time.Duration
+
+	skew    time.Duration // own − collector
+	skewSet bool
+
+	// The last own stamp's text and reading: lines of one second share
+	// it, and reading it again is most of a line's cost.
+	lastKey string
+	lastOwn time.Time
+	lastOK  bool
+
+	// Own, Wrapped, Untimed and Rejected count the lines placed by each
+	// LineTime.
+	Own, Wrapped, Untimed, Rejected int
+	// FirstRejected is the first line whose timestamp was ignored.
+	FirstRejected string
+}
+
+// NewLineClock makes a clock for a log of kind (a concrete kind: detect
+// first). ref is when the log was written (its file's modification time;
+// zero means now): it completes year-less stamps and bounds plausible ones.
+func NewLineClock(kind Kind, ref time.Time) *LineClock {
+	now := time.Now()
+	if ref.IsZero() || ref.After(now.Add(futureSlack)) {
+		ref = now
 	}
-	at := make([]time.Duration, len(lines))
-	stamps := make([]time.Time, len(lines))
-	ok := make([]bool, len(lines))
-	timed := 0
-	prev := ref
-	var maxT time.Time
-	for i, l := range lines {
-		r := prev
-		if kind == KindLlamaCpp {
-			r = ref
-		}
-		t, good := ParseTimestamp(kind, l, r)
-		if !good {
-			continue
-		}
-		if timed > 0 && t.Before(maxT) {
-			t = maxT
-		}
-		stamps[i], ok[i] = t, true
-		maxT, prev = t, t
-		timed++
+	return &LineClock{kind: kind, ref: ref, prev: ref}
+}
+
+// Start is the wall-clock time of offset zero, once a timed line was seen.
+func (c *LineClock) Start() (time.Time, bool) { return c.start, c.started }
+
+// Timed is how many lines carried a time (their own or a collector's).
+func (c *LineClock) Timed() int { return c.Own + c.Wrapped }
+
+// Place returns the offset of one unwrapped line and how it was timed.
+func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
+	r := c.prev
+	if c.kind == KindLlamaCpp {
+		r = c.ref
 	}
-	if timed == 0 {
-		for i := range at {
-			at[i] = time.Duration(i) * UntimedSpacing
-		}
-		return ref, at, 0
+	var own time.Time
+	var hasOwn bool
+	if key := stampKey(c.kind, u.Line); key != "" && key == c.lastKey {
+		own, hasOwn = c.lastOwn, c.lastOK
+	} else {
+		own, hasOwn = ParseTimestamp(c.kind, u.Line, r)
+		c.lastKey, c.lastOwn, c.lastOK = key, own, hasOwn
 	}
-	var start time.Time
-	for i := range lines {
-		if ok[i] {
-			start = stamps[i]
+	how := TimeNone
+	var t time.Time
+	switch {
+	case hasOwn:
+		if !c.plausible(own) {
+			how = TimeRejected
 			break
 		}
-	}
-	last := -1
-	for i := range lines {
-		if !ok[i] {
-			continue
+		c.prev = own
+		if u.HasAt && c.plausible(u.At) && !c.skewSet {
+			c.skew, c.skewSet = clockSkew(c.kind, own.Sub(u.At))
 		}
-		at[i] = stamps[i].Sub(start)
-		if last >= 0 && i-last > 1 {
-			gap := at[i] - at[last]
-			for k := last + 1; k < i; k++ {
-				at[k] = at[last] + gap*time.Duration(k-last)/time.Duration(i-last)
-			}
+		t, how = own.Add(-c.skew), TimeOwn
+	case u.HasAt:
+		if !c.plausible(u.At) {
+			how = TimeRejected
+			break
 		}
-		last = i
+		t, how = u.At, TimeWrapper
 	}
-	for k := last + 1; k < len(lines); k++ {
-		at[k] = at[last]
+	switch how {
+	case TimeOwn:
+		c.Own++
+	case TimeWrapper:
+		c.Wrapped++
+	case TimeRejected:
+		c.Rejected++
+		if c.FirstRejected == "" {
+			c.FirstRejected = u.Line
+		}
+		return c.lastAt, how
+	default:
+		c.Untimed++
+		return c.lastAt, how
 	}
-	return start, at, timed
+	if !c.started {
+		c.start, c.maxT, c.started = t, t, true
+	}
+	if t.Before(c.maxT) {
+		t = c.maxT
+	}
+	c.maxT = t
+	c.lastAt = t.Sub(c.start)
+	return c.lastAt, how
+}
+
+// stampKey is the text of a line's own stamp where it alone decides the
+// reading (vLLM's and SGLang's, given the previous line's), else "".
+func stampKey(kind Kind, line string) string {
+	switch kind {
+	case KindVLLM:
+		_, rest := stripVLLMTags(line)
+		if stamp, _, ok := vllmLevelDate(rest); ok {
+			return stamp
+		}
+	case KindSGLang:
+		if sglangPrefix(line) {
+			return line[1:20]
+		}
+	}
+	return ""
+}
+
+// plausible: t lies between 2000 and shortly after the log was written.
+// llama.cpp's stamps count from the process start and are placed on ref,
+// so only their distance from it is bounded (by llamaElapsed).
+func (c *LineClock) plausible(t time.Time) bool {
+	if c.kind == KindLlamaCpp {
+		return true
+	}
+	return !t.Before(earliestPlausible) && !t.After(c.ref.Add(futureSlack))
+}
+
+// clockSkew turns the difference between a line's own stamp and its
+// collector's into the correction for every own stamp: a whole number of
+// quarter hours (a time zone), or for llama.cpp the exact difference (its
+// stamps are relative). A difference of more than a day is two unrelated
+// clocks: no correction.
+func clockSkew(kind Kind, d time.Duration) (time.Duration, bool) {
+	if kind == KindLlamaCpp {
+		return d, true
+	}
+	q := d.Round(15 * time.Minute)
+	if q > 26*time.Hour || q < -26*time.Hour {
+		return 0, true
+	}
+	return q, true
 }

@@ -41,7 +41,7 @@ var firstRequestPaths = []string{"/api/generate", "/api/chat", "/api/embed", "/v
 // line of a generate, chat or embed call, ending at its line and starting
 // its latency earlier, so the lazy load sits inside it.
 func (p *Parser) ollama(at time.Duration, line string) {
-	l := stripCompose(line)
+	l := line
 	if strings.HasPrefix(l, "time=") {
 		msg := slogMsg(l)
 		switch {
@@ -87,8 +87,9 @@ func (p *Parser) ollamaPlan(l, msg string) {
 		p.o.plan = trace.Attrs{}
 	}
 	add := func(k string, v float64) {
-		old, _ := p.o.plan.Float(k)
-		p.o.plan[k] = old + v
+		if old, _ := p.o.plan.Float(k); finite(old + v) {
+			p.o.plan[k] = old + v
+		}
 	}
 	if m := reOOffloaded.FindStringSubmatch(msg); m != nil {
 		p.o.plan["layers_offloaded"], p.o.plan["layers_total"] = atof(m[1]), atof(m[2])

@@ -1,6 +1,8 @@
 package serverlog
 
 import (
+	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -52,8 +54,20 @@ type Parser struct {
 	firstAt time.Duration
 	lastAt  time.Duration
 
+	// groups are the spans still being built: the latest of each stage
+	// (active) and any not yet handed out. A span that can no longer
+	// change leaves the list (retire), so a parser's memory does not grow
+	// with the log; ended keeps what lastEnd needs of the spans that left.
 	groups []*group
 	active map[trace.Stage]*group
+	ended  map[trace.Stage]*endTracker
+	// out holds a deferred parser's spans that became final during the
+	// current line, outRun the start each belongs to; lastRuns is outRun
+	// of the batch last returned.
+	out      []trace.Span
+	outRun   []int
+	lastRuns []int
+	run      int
 
 	workersKnown int  // from "world size N", tp_size=N, "Sharding model on N processes"
 	sawWorkers   bool // a worker-tagged line was seen
@@ -72,6 +86,12 @@ type Parser struct {
 	hits    []hit
 	changed []*group
 
+	// rejected says why the last line's figures were refused.
+	rejected string
+	// noPrefilter runs every line through the rules (tests compare).
+	noPrefilter bool
+	origin      Origin
+
 	v vllmState
 	l llamaState
 	o ollamaState
@@ -87,17 +107,28 @@ type pendingLine struct {
 // server). clock converts the wall-clock times of the built-in engine's
 // stage lines into session offsets; it is unused for other kinds.
 func NewParser(kind Kind, clock trace.Clock) *Parser {
-	p := &Parser{kind: kind, clock: clock, active: map[trace.Stage]*group{}}
+	p := &Parser{kind: kind, clock: clock, active: map[trace.Stage]*group{}, ended: map[trace.Stage]*endTracker{}}
 	if kind == KindAuto || kind == "" {
 		p.kind, p.auto = KindAuto, true
 	}
 	return p
 }
 
-// SetDeferred makes Feed return no spans and Flush return all of them with
-// exact starts (the earliest worker's), for import. Call it before the
-// first Feed.
+// SetDeferred makes the parser return each span only once its start is
+// final (the earliest worker's, for import): when its stage has ended and
+// gone quiet for the settle window, when a new span of the stage begins, or
+// at Flush. A span that a later line annotates (a total printed after
+// the fact) is returned again with the same Name and Start, so consumers
+// replace spans by (Name, Start) as they do for live ones. Call it before
+// the first Feed.
 func (p *Parser) SetDeferred(on bool) { p.deferred = on }
+
+// Rejected says why the figures of the last line fed were refused (a
+// number that is not finite, or overflows once converted to bytes or
+// seconds; a stage line whose times lie far from the line's own), or ""
+// when they were not. A refused line stays a plain log line: it changes
+// no span.
+func (p *Parser) Rejected() string { return p.rejected }
 
 // Kind is the parser's kind; for an auto parser, the detected kind once a
 // line named the server (KindAuto before, KindUnknown if none did within
@@ -111,11 +142,20 @@ func (p *Parser) Ready() (time.Duration, bool) { return p.readyAt, p.ready }
 
 // Feed parses one line seen at offset at (live: arrival time; import: the
 // line's own timestamp). It returns the spans this line started, completed
-// or updated, and the stage the line belongs to when it is a stage line
-// (for trace.Log.Stage). Unknown lines return nothing. Feed never panics
-// on any input and allocates only for stage lines.
+// or updated (a deferred parser: the spans that became final), and the
+// stage the line belongs to when it is a stage line (for trace.Log.Stage).
+// Unknown lines return nothing. Collectors' prefixes (docker compose,
+// kubectl, journald; see Unwrap) are stripped first. Feed never panics on
+// any input and allocates only for stage lines.
 func (p *Parser) Feed(at time.Duration, line string) ([]trace.Span, trace.Stage) {
+	return p.FeedUnwrapped(at, Unwrap(line, time.Time{}).Line)
+}
+
+// FeedUnwrapped is Feed for a line whose collectors' prefixes the caller
+// already stripped with Unwrap.
+func (p *Parser) FeedUnwrapped(at time.Duration, line string) ([]trace.Span, trace.Stage) {
 	line = strings.TrimRight(line, "\r\n")
+	p.rejected = ""
 	if !p.started {
 		p.started, p.firstAt = true, at
 	}
@@ -133,9 +173,34 @@ func (p *Parser) Feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 		}
 		out := p.detect(k)
 		// This line was the last one detect fed.
-		return out, p.lastStage
+		return p.takeOut(out), p.lastStage
 	}
-	return p.feed(at, line)
+	sp, st := p.feed(at, line)
+	return p.takeOut(sp), st
+}
+
+// takeOut returns a deferred parser's final spans (live: sp).
+func (p *Parser) takeOut(sp []trace.Span) []trace.Span {
+	if !p.deferred {
+		return sp
+	}
+	out := p.out
+	p.lastRuns = append(p.lastRuns[:0], p.outRun...)
+	p.out, p.outRun = nil, p.outRun[:0]
+	return out
+}
+
+// byStart sorts spans by start, keeping their runs beside them.
+type byStart struct {
+	s   []trace.Span
+	run []int
+}
+
+func (b byStart) Len() int           { return len(b.s) }
+func (b byStart) Less(i, j int) bool { return b.s[i].Start < b.s[j].Start }
+func (b byStart) Swap(i, j int) {
+	b.s[i], b.s[j] = b.s[j], b.s[i]
+	b.run[i], b.run[j] = b.run[j], b.run[i]
 }
 
 // Tick releases stages whose workers have gone quiet for the settle window
@@ -143,7 +208,7 @@ func (p *Parser) Feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 func (p *Parser) Tick(at time.Duration) []trace.Span {
 	p.changed = p.changed[:0]
 	p.settle(at)
-	return p.emit()
+	return p.takeOut(p.emit())
 }
 
 func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage) {
@@ -154,22 +219,31 @@ func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 	if sl, err := trace.ParseStageLine(line); err == nil {
 		p.lastAt = at
 		settled := p.emit()
-		return append(settled, p.stageLine(sl)...), sl.Stage
+		sp, ok := p.stageLine(at, sl)
+		if !ok {
+			return settled, ""
+		}
+		return append(settled, sp...), sl.Stage
 	} else if err != trace.ErrNotStageLine {
 		p.lastAt = at
 		return p.emit(), "" // a malformed stage line stays a plain line
 	}
-	switch p.kind {
-	case KindVLLM:
-		worker = p.vllm(at, line)
-	case KindSGLang:
-		worker = p.sglang(at, line)
-	case KindTGI:
-		worker = p.tgi(at, line)
-	case KindLlamaCpp:
-		p.llamacpp(at, line, false)
-	case KindOllama:
-		p.ollama(at, line)
+	if p.skipRules(line) {
+		p.lastAt = at
+		return p.emit(), ""
+	}
+	worker = p.rules(at, line)
+	if p.deferred && p.ready && p.hasEngineStart() {
+		// The server starts again in the same log: every span of the
+		// previous start is final, and this line begins the next one.
+		p.restart(at)
+		p.hits = p.hits[:0]
+		worker = p.rules(at, line)
+	}
+	p.noteOrigin(line)
+	if why := p.refuse(); why != "" {
+		p.rejected = why
+		p.hits = p.hits[:0]
 	}
 	var stage trace.Stage
 	for _, h := range p.hits {
@@ -181,19 +255,101 @@ func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 	return p.emit(), stage
 }
 
-// Flush closes whatever is still open at the end of the log (at is the
-// time of the last line) and returns the spans it changed; a deferred
-// parser returns every span instead. A stage that never saw its end line
-// is closed at at with attrs["unfinished"] = true.
-func (p *Parser) Flush(at time.Duration) []trace.Span {
-	var out []trace.Span
-	if p.auto && p.kind == KindAuto {
-		out = p.detect(KindUnknown)
+// skipRules: the prefilter says no rule (nor noteOrigin) can fire on the
+// line. llama.cpp's device block is read line by line (its first
+// non-device line ends cuda_init), so while it runs every line goes
+// through the rules.
+func (p *Parser) skipRules(line string) bool {
+	f := prefilters[p.kind]
+	if f == nil || p.noPrefilter || f.mayMatch(line) {
+		return false
 	}
-	p.changed = p.changed[:0]
-	if at < p.lastAt {
-		at = p.lastAt
+	switch p.kind {
+	case KindLlamaCpp, KindOllama:
+		if g := p.latest(trace.StageCUDAInit); p.l.backend != "" || g != nil && g.hasOpen() {
+			return false
+		}
+	case KindVLLM, KindSGLang, KindTGI:
+		// A worker's tag on any line puts the parser in worker mode
+		// (open spans wait for a worker to finish): until one was seen,
+		// lines that may carry one go through the rules.
+		if !p.sawWorkers && mayCarryWorker(p.kind, line) {
+			return false
+		}
 	}
+	return true
+}
+
+// mayCarryWorker: the line may carry a worker's tag for the kind's rules.
+func mayCarryWorker(k Kind, line string) bool {
+	switch k {
+	case KindVLLM:
+		return strings.HasPrefix(line, "(")
+	case KindSGLang:
+		return sglangPrefix(line)
+	}
+	return strings.Contains(line, "rank")
+}
+
+// rules turns the line into hits by the kind's rules and returns the
+// worker it came from.
+func (p *Parser) rules(at time.Duration, line string) string {
+	switch p.kind {
+	case KindVLLM:
+		return p.vllm(at, line)
+	case KindSGLang:
+		return p.sglang(at, line)
+	case KindTGI:
+		return p.tgi(at, line)
+	case KindLlamaCpp:
+		p.llamacpp(at, line, false)
+	case KindOllama:
+		p.ollama(at, line)
+	}
+	return ""
+}
+
+func (p *Parser) hasEngineStart() bool {
+	for _, h := range p.hits {
+		if h.op == opEngineStart {
+			return true
+		}
+	}
+	return false
+}
+
+// Run is the server start the last line belongs to: 0 for the first; a
+// deferred parser counts one more each time the server starts again after
+// it was ready (an engine's first line, the built-in engine's runtime_init,
+// after the ready line).
+func (p *Parser) Run() int { return p.run }
+
+// LastRuns gives, for each span of the last batch a deferred parser
+// returned (Feed, Tick or Flush), the start (Run) it belongs to: a restart
+// line returns the previous start's last spans.
+func (p *Parser) LastRuns() []int { return p.lastRuns }
+
+// restart ends the current start of the server: every span still being
+// built is closed (a stage that never ended is marked unfinished) and
+// handed out, and what the rules remember starts afresh.
+func (p *Parser) restart(at time.Duration) {
+	p.closeAll(p.lastAt)
+	for _, g := range p.groups {
+		p.hand(g)
+	}
+	p.groups = p.groups[:0]
+	clear(p.active)
+	clear(p.ended)
+	p.run++
+	p.firstAt = at
+	p.ready, p.readyAt = false, 0
+	p.runtimeDone, p.engineSeen, p.engineAt, p.firstReq = false, false, 0, false
+	p.v, p.l, p.o = vllmState{}, llamaState{}, ollamaState{}
+}
+
+// closeAll closes every stage still running at the end of a start (at, the
+// last line's time); a stage that never saw its end is unfinished.
+func (p *Parser) closeAll(at time.Duration) {
 	for _, g := range p.groups {
 		if !g.hasOpen() {
 			continue
@@ -213,24 +369,35 @@ func (p *Parser) Flush(at time.Duration) []trace.Span {
 		g.closedAny = true
 		p.touch(g)
 	}
-	if p.deferred {
-		return p.Spans()
-	}
-	return append(out, p.emit()...)
 }
 
-// Spans returns every span the parser has built so far, in start order,
-// with the latest state of each.
-func (p *Parser) Spans() []trace.Span {
-	out := make([]trace.Span, 0, len(p.groups))
-	for _, g := range p.groups {
-		if len(g.members) == 0 {
-			continue
-		}
-		out = append(out, g.span())
+// Flush closes whatever is still open at the end of the log (at is the
+// time of the last line) and returns the spans it changed; a deferred
+// parser returns every span it has not returned yet, in start order. A
+// stage that never saw its end line is closed at at with
+// attrs["unfinished"] = true.
+func (p *Parser) Flush(at time.Duration) []trace.Span {
+	var out []trace.Span
+	if p.auto && p.kind == KindAuto {
+		out = p.detect(KindUnknown)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
-	return out
+	p.changed = p.changed[:0]
+	if at < p.lastAt {
+		at = p.lastAt
+	}
+	p.closeAll(at)
+	if p.deferred {
+		n := len(p.out)
+		for _, g := range p.groups {
+			p.hand(g)
+		}
+		// What this start still held, in start order after what earlier
+		// lines handed out.
+		tail, tailRuns := p.out[n:], p.outRun[n:]
+		sort.Sort(byStart{tail, tailRuns})
+		return p.takeOut(nil)
+	}
+	return append(out, p.emit()...)
 }
 
 // detect settles an auto parser's kind (from the held-back lines when k is
@@ -259,25 +426,45 @@ func linesOf(pl []pendingLine) []string {
 	return out
 }
 
+// maxStageLineSkew is how far a stage line's end may lie after the time
+// the line was seen: the engine writes it when the stage ends.
+const maxStageLineSkew = time.Minute
+
 // stageLine handles the built-in engine's own JSON stage lines: complete
-// spans with wall-clock start and end.
-func (p *Parser) stageLine(sl trace.StageLine) []trace.Span {
+// spans with wall-clock start and end. A line whose end lies after the
+// line was seen, or whose start lies further before it than any stage
+// lasts (start_ns near the int64 limits, a clock that jumped), is refused.
+func (p *Parser) stageLine(at time.Duration, sl trace.StageLine) ([]trace.Span, bool) {
 	sp := sl.Span(p.clock)
+	if p.deferred && p.ready && (sl.Stage == trace.StageRuntimeInit || sl.Stage == trace.StageProcessStart) {
+		p.restart(at)
+	}
+	if sp.End > at+maxStageLineSkew || sp.Start < at-maxStated || sp.End < at-maxStated {
+		p.rejected = fmt.Sprintf("treni stage line %s: its times (start_ns %d, end_ns %d) lie far from the line's own time", sl.Stage, sl.StartNS, sl.EndNS)
+		return nil, false
+	}
+	for k, v := range sl.Attrs {
+		if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+			p.rejected = fmt.Sprintf("treni stage line %s: attribute %s is not a finite number", sl.Stage, k)
+			return nil, false
+		}
+	}
 	g := &group{stage: sl.Stage, source: sp.Source, members: map[string]*member{"": {start: sp.Start, end: sp.End, endSet: true}},
 		order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: sp.End, line: ""}
 	for k, v := range sl.Attrs {
 		g.attrs[k] = v
 	}
-	p.groups = append(p.groups, g)
 	if sl.Stage == trace.StageHTTPReady && !p.ready {
 		p.ready, p.readyAt = true, sp.End
 	}
 	if sl.Stage != trace.StageRuntimeInit && sl.Stage != trace.StageProcessStart {
 		p.runtimeDone = true
 	}
+	p.ended[sl.Stage] = p.ended[sl.Stage].add(sp.End, at)
 	if p.deferred {
-		return nil
+		p.out, p.outRun = append(p.out, g.span()), append(p.outRun, p.run)
+		return nil, true
 	}
 	g.emitted, g.frozen, g.frozenStart = true, true, sp.Start
-	return []trace.Span{g.span()}
+	return []trace.Span{g.span()}, true
 }

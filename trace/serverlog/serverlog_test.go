@@ -2,6 +2,7 @@ package serverlog
 
 import (
 	"math"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -97,31 +98,80 @@ func TestParseTimestamp(t *testing.T) {
 	}
 }
 
-func TestLineTimes(t *testing.T) {
+func TestLineClock(t *testing.T) {
 	ref := time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC)
 	lines := []string{
 		"untimed before",
 		"[2025-01-23 10:00:00] a",
 		"untimed 1",
 		"untimed 2",
-		"untimed 3",
 		"[2025-01-23 10:00:04] b",
 		"[2025-01-23 09:59:00] a stamp that goes back in time",
+		"[9999-01-23 10:00:09] a stamp from the future",
+		"[1970-01-01 00:00:01] a clock never set",
 		"untimed after",
+		"[2025-01-23 10:00:06] c",
 	}
-	start, at, timed := LineTimes(KindSGLang, lines, ref)
-	if timed != 3 || !start.Equal(time.Date(2025, 1, 23, 10, 0, 0, 0, time.UTC)) {
-		t.Fatalf("start %v timed %d", start, timed)
+	c := NewLineClock(KindSGLang, ref)
+	var at []time.Duration
+	var how []LineTime
+	for _, l := range lines {
+		a, h := c.Place(Unwrap(l, ref))
+		at, how = append(at, a), append(how, h)
 	}
-	want := []time.Duration{0, 0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+	start, ok := c.Start()
+	if !ok || !start.Equal(time.Date(2025, 1, 23, 10, 0, 0, 0, time.UTC)) {
+		t.Fatalf("start %v %v", start, ok)
+	}
+	// Untimed lines keep the previous timed line's offset: order, not
+	// time (no line counting), and impossible stamps are ignored.
+	want := []time.Duration{0, 0, 0, 0, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 6 * time.Second}
+	wantHow := []LineTime{TimeNone, TimeOwn, TimeNone, TimeNone, TimeOwn, TimeOwn, TimeRejected, TimeRejected, TimeNone, TimeOwn}
+	for i := range want {
+		if at[i] != want[i] || how[i] != wantHow[i] {
+			t.Errorf("line %d at %v (%d), want %v (%d)", i, at[i], how[i], want[i], wantHow[i])
+		}
+	}
+	if c.Own != 4 || c.Untimed != 4 || c.Rejected != 2 || c.Timed() != 4 || !strings.Contains(c.FirstRejected, "9999") {
+		t.Errorf("counts own %d untimed %d rejected %d first %q", c.Own, c.Untimed, c.Rejected, c.FirstRejected)
+	}
+	u := NewLineClock(KindLlamaCpp, ref)
+	for _, l := range []string{"a", "b", "c"} {
+		if a, h := u.Place(Unwrap(l, ref)); a != 0 || h != TimeNone {
+			t.Errorf("untimed log: %v %d", a, h)
+		}
+	}
+	if _, ok := u.Start(); ok || u.Timed() != 0 {
+		t.Errorf("an untimed log has no start")
+	}
+}
+
+// TestLineClockWrapperZone: a vLLM log under docker logs -t carries the
+// server's zone-less local stamps and the collector's UTC ones; lines with
+// only the collector's (tqdm bars) stay on the same axis.
+func TestLineClockWrapperZone(t *testing.T) {
+	ref := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	// The server's clock is UTC+2 (read in ref's zone, UTC), the
+	// collector's UTC.
+	lines := []string{
+		"2025-05-09T20:51:11.100000000Z INFO 05-09 22:51:11 [x.py:1] first",
+		"2025-05-09T20:51:12.500000000Z Loading safetensors checkpoint shards:  50% Completed | 1/2",
+		"2025-05-09T20:51:13.900000000Z INFO 05-09 22:51:13 [x.py:1] third",
+	}
+	c := NewLineClock(KindVLLM, ref)
+	var at []time.Duration
+	for _, l := range lines {
+		a, _ := c.Place(Unwrap(l, ref))
+		at = append(at, a)
+	}
+	want := []time.Duration{0, 1500 * time.Millisecond, 2 * time.Second}
 	for i := range want {
 		if at[i] != want[i] {
 			t.Errorf("line %d at %v, want %v", i, at[i], want[i])
 		}
 	}
-	_, at, timed = LineTimes(KindLlamaCpp, []string{"a", "b", "c"}, ref)
-	if timed != 0 || at[2] != 2*UntimedSpacing {
-		t.Errorf("untimed log: %v, %d", at, timed)
+	if c.Own != 2 || c.Wrapped != 1 {
+		t.Errorf("own %d wrapped %d", c.Own, c.Wrapped)
 	}
 }
 
@@ -129,10 +179,34 @@ func TestLineTimes(t *testing.T) {
 func feedAll(kind Kind, lines ...string) (*Parser, []trace.Span) {
 	p := NewParser(kind, trace.ClockAt(time.Unix(0, 0)))
 	p.SetDeferred(true)
+	var got []trace.Span
 	for i, l := range lines {
-		p.Feed(time.Duration(i)*time.Second, l)
+		sp, _ := p.Feed(time.Duration(i)*time.Second, l)
+		got = append(got, sp...)
 	}
-	return p, p.Flush(time.Duration(len(lines)) * time.Second)
+	return p, finalSpans(append(got, p.Flush(time.Duration(len(lines))*time.Second)...))
+}
+
+// finalSpans keeps the last version of each span a parser returned (by
+// Name and Start, as consumers replace them), in start order.
+func finalSpans(spans []trace.Span) []trace.Span {
+	type key struct {
+		name  trace.Stage
+		start time.Duration
+	}
+	idx := map[key]int{}
+	var out []trace.Span
+	for _, s := range spans {
+		k := key{s.Name, s.Start}
+		if i, ok := idx[k]; ok {
+			out[i] = s
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, s)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	return out
 }
 
 func spanOf(t *testing.T, spans []trace.Span, name trace.Stage) trace.Span {

@@ -1,6 +1,8 @@
 package serverlog
 
 import (
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
@@ -96,6 +98,8 @@ type group struct {
 	frozen       bool
 	frozenStart  time.Duration
 	dirty        bool
+	// stale: changed since a deferred parser last handed it out.
+	stale bool
 }
 
 func (g *group) hasOpen() bool {
@@ -210,13 +214,90 @@ func (p *Parser) workerMode() bool {
 // group returns the span being built for stage, or a new one when the last
 // one has ended and gone quiet for the settle window, or fresh asks for one.
 func (p *Parser) group(stage trace.Stage, at time.Duration, fresh bool) *group {
-	if g := p.active[stage]; g != nil && !fresh && (g.hasOpen() || at-g.lastActivity <= settleWindow) {
-		return g
+	old := p.active[stage]
+	if old != nil && !fresh && (old.hasOpen() || at-old.lastActivity <= settleWindow) {
+		return old
+	}
+	if old != nil {
+		p.retire(old, at)
 	}
 	g := &group{stage: stage, source: "log:" + string(p.kind), members: map[string]*member{}, attrs: trace.Attrs{}, lastActivity: at}
 	p.groups = append(p.groups, g)
 	p.active[stage] = g
 	return g
+}
+
+// retire drops a span that no line can change any more (a new span of its
+// stage began): a deferred parser hands it out, and lastEnd keeps its end.
+func (p *Parser) retire(g *group, at time.Duration) {
+	p.hand(g)
+	for i, h := range p.groups {
+		if h == g {
+			p.groups = append(p.groups[:i], p.groups[i+1:]...)
+			break
+		}
+	}
+	if len(g.members) > 0 {
+		_, e := g.bounds()
+		p.ended[g.stage] = p.ended[g.stage].add(e, at)
+	}
+}
+
+// hand gives a deferred parser's consumer the span's current state if it
+// changed since it was last handed out.
+func (p *Parser) hand(g *group) {
+	if !p.deferred || !g.stale || len(g.members) == 0 {
+		return
+	}
+	g.stale = false
+	p.out, p.outRun = append(p.out, g.span()), append(p.outRun, p.run)
+}
+
+// endTracker remembers, for one stage, the latest end of the spans that
+// left the parser, as lastEnd asks for it: the latest end no later than
+// the line being read. Lines only go forward, so an end that was already
+// no later than one line stays so; the few that lie ahead wait in later.
+type endTracker struct {
+	best  time.Duration
+	has   bool
+	later []time.Duration
+}
+
+// maxLaterEnds bounds the ends kept ahead of the line being read.
+const maxLaterEnds = 16
+
+// add records an end seen while reading the line at at.
+func (t *endTracker) add(e, at time.Duration) *endTracker {
+	if t == nil {
+		t = &endTracker{}
+	}
+	if e <= at {
+		if !t.has || e > t.best {
+			t.best, t.has = e, true
+		}
+	} else if len(t.later) < maxLaterEnds {
+		t.later = append(t.later, e)
+	}
+	return t
+}
+
+// latest is the latest end no later than at.
+func (t *endTracker) latest(at time.Duration) (time.Duration, bool) {
+	if t == nil {
+		return 0, false
+	}
+	keep := t.later[:0]
+	for _, e := range t.later {
+		if e <= at {
+			if !t.has || e > t.best {
+				t.best, t.has = e, true
+			}
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	t.later = keep
+	return t.best, t.has
 }
 
 // latest returns the most recent span of stage, if any.
@@ -229,6 +310,11 @@ func (p *Parser) latest(stage trace.Stage) *group {
 func (p *Parser) lastEnd(at time.Duration, stages ...trace.Stage) (time.Duration, bool) {
 	var best time.Duration
 	found := false
+	for _, s := range stages {
+		if e, ok := p.ended[s].latest(at); ok && (!found || e > best) {
+			best, found = e, true
+		}
+	}
 	for _, g := range p.groups {
 		if len(g.members) == 0 {
 			continue
@@ -246,6 +332,7 @@ func (p *Parser) lastEnd(at time.Duration, stages ...trace.Stage) (time.Duration
 }
 
 func (p *Parser) touch(g *group) {
+	g.stale = true
 	if !g.dirty {
 		g.dirty = true
 		p.changed = append(p.changed, g)
@@ -276,11 +363,13 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 		if at <= p.firstAt {
 			return ""
 		}
+		// Final as it is made: no rule reaches runtime_init again, so it
+		// is not kept among the spans being built.
 		g := &group{stage: trace.StageRuntimeInit, source: "log:" + string(p.kind), members: map[string]*member{"": {start: p.firstAt, end: at, endSet: true}},
 			order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: at, line: line}
 		mergeAttrs(g.attrs, h.set, h.add)
-		p.groups = append(p.groups, g)
 		p.touch(g)
+		p.hand(g)
 		return trace.StageRuntimeInit
 	case opAnnotate:
 		g := p.latest(h.stage)
@@ -358,7 +447,9 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 	}
 	if h.hasReported {
 		if h.sumReported {
-			m.reported += h.reported
+			if finite(m.reported + h.reported) {
+				m.reported += h.reported
+			}
 		} else if !m.hasReported || h.reported > m.reported {
 			m.reported = h.reported
 		}
@@ -382,7 +473,7 @@ func mergeAttrs(dst, set, add trace.Attrs) {
 	for k, v := range add {
 		f, _ := add.Float(k)
 		old, _ := dst.Float(k)
-		if _, ok := v.(float64); ok {
+		if _, ok := v.(float64); ok && finite(old+f) {
 			dst[k] = old + f
 		}
 	}
@@ -399,26 +490,58 @@ func maxAttrs(dst, src trace.Attrs) {
 }
 
 // settle closes the remaining workers of stages that already ended for one
-// worker and have been quiet for the settle window.
+// worker and have been quiet for the settle window. A deferred parser then
+// hands out every span that has ended and gone quiet: no later line can
+// move its start (a new line of its stage begins a new span).
 func (p *Parser) settle(at time.Duration) {
-	if !p.workerMode() {
-		return
-	}
-	for _, g := range p.active {
-		if !g.closedAny || at-g.lastActivity <= settleWindow || !g.hasOpen() {
-			continue
-		}
-		changed := false
-		for _, m := range g.members {
-			if m.open && !m.closedOnce {
-				m.open, changed = false, true
+	if p.workerMode() {
+		for _, g := range p.active {
+			if !g.closedAny || at-g.lastActivity <= settleWindow || !g.hasOpen() {
+				continue
+			}
+			changed := false
+			for _, m := range g.members {
+				if m.open && !m.closedOnce {
+					m.open, changed = false, true
+				}
+			}
+			if changed {
+				p.touch(g)
 			}
 		}
-		if changed {
-			p.touch(g)
+	}
+	if !p.deferred {
+		return
+	}
+	for _, g := range p.groups {
+		if g.stale && g.closedAny && at-g.lastActivity > settleWindow && !g.hasOpen() {
+			p.hand(g)
 		}
 	}
 }
+
+// refuse checks the figures of this line's hits before they reach a span:
+// a number that is not finite (a 305-digit "KV buffer size" in MiB is
+// +Inf once in bytes) is refused with the reason, and the line changes
+// nothing.
+func (p *Parser) refuse() string {
+	for _, h := range p.hits {
+		if h.hasReported && !finite(h.reported) {
+			return fmt.Sprintf("%s: the stated duration is not a finite number", h.stage)
+		}
+		for _, a := range []trace.Attrs{h.set, h.add, h.max} {
+			for k, v := range a {
+				if f, ok := v.(float64); ok && !finite(f) {
+					return fmt.Sprintf("%s: %s is not a finite number", h.stage, k)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// finite reports whether f is a number JSON can hold.
+func finite(f float64) bool { return !math.IsInf(f, 0) && !math.IsNaN(f) }
 
 // emit returns the spans of the groups this line changed, for live
 // consumers. Open spans of tensor-parallel stages are held back until one

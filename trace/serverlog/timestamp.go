@@ -45,10 +45,12 @@ func ParseTimestamp(kind Kind, line string, ref time.Time) (time.Time, bool) {
 	case KindTGI:
 		return rfc3339In(line, 200)
 	case KindOllama:
+		// The runner's own llama.cpp lines count from the runner's start,
+		// which Ollama does not log: only their absolute stamps count.
 		if t, ok := ollamaTime(line, ref); ok {
 			return t, ok
 		}
-		return llamaTime(line, ref)
+		return unixStamp(line, ref)
 	case KindLlamaCpp:
 		return llamaTime(line, ref)
 	case KindTreni:
@@ -126,6 +128,9 @@ func vllmTime(line string, ref time.Time) (time.Time, bool) {
 	_, rest := stripVLLMTags(line)
 	stamp, _, ok := vllmLevelDate(rest)
 	if !ok {
+		if !pyAsctimeLike(rest) {
+			return time.Time{}, false
+		}
 		if m := rePyAsctime.FindStringSubmatch(rest); m != nil {
 			t, err := time.ParseInLocation("2006-01-02 15:04:05", m[1], loc(ref))
 			if err != nil {
@@ -136,15 +141,51 @@ func vllmTime(line string, ref time.Time) (time.Time, bool) {
 		}
 		return time.Time{}, false
 	}
-	layout := "01-02 15:04:05"
-	if len(stamp) > 14 {
-		layout += "." + strings.Repeat("0", len(stamp)-15)
-	}
-	t, err := time.ParseInLocation(layout, stamp, loc(ref))
-	if err != nil {
+	t, ok := monthDayTime(stamp, ref)
+	if !ok {
 		return time.Time{}, false
 	}
 	return nearestYear(t, ref), true
+}
+
+// monthDayTime reads "MM-DD HH:MM:SS[.fff…]" (vllmLevelDate checked the
+// shape) in ref's location; nearestYear then picks the year.
+func monthDayTime(s string, ref time.Time) (time.Time, bool) {
+	num := func(a, b int) int { return int(s[a]-'0')*10 + int(s[b]-'0') }
+	mo, d, h, mi, se := num(0, 1), num(3, 4), num(6, 7), num(9, 10), num(12, 13)
+	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 59 {
+		return time.Time{}, false
+	}
+	ns := 0
+	if len(s) > 15 {
+		frac := s[15:]
+		if len(frac) > 9 {
+			frac = frac[:9]
+		}
+		for i := 0; i < 9; i++ {
+			ns *= 10
+			if i < len(frac) {
+				ns += int(frac[i] - '0')
+			}
+		}
+	}
+	// A leap year, so that Feb 29 reads; nearestYear picks the real one.
+	const leap = 2000
+	if d > daysIn(time.Month(mo), leap) {
+		return time.Time{}, false
+	}
+	return time.Date(leap, time.Month(mo), d, h, mi, se, ns, loc(ref)), true
+}
+
+// daysIn is the number of days of month m in year y.
+func daysIn(m time.Month, y int) int {
+	return time.Date(y, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
+}
+
+// pyAsctimeLike is a cheap test for Python's "2026-05-19 02:11:47,969 "
+// before its regexp runs.
+func pyAsctimeLike(s string) bool {
+	return len(s) > 24 && s[4] == '-' && s[10] == ' ' && s[19] == ','
 }
 
 // nearestYear puts a year-less time into the year that brings it nearest
@@ -206,7 +247,6 @@ func rfc3339In(line string, n int) (time.Time, bool) {
 }
 
 func ollamaTime(line string, ref time.Time) (time.Time, bool) {
-	line = stripCompose(line)
 	if strings.HasPrefix(line, "time=") {
 		end := strings.IndexByte(line, ' ')
 		if end < 0 {
@@ -219,23 +259,7 @@ func ollamaTime(line string, ref time.Time) (time.Time, bool) {
 		t, err := time.ParseInLocation("2006/01/02 - 15:04:05", line[6:27], loc(ref))
 		return t, err == nil
 	}
-	if strings.Contains(line, "timestamp=") {
-		if m := reUnixStamp.FindStringSubmatch(line); m != nil {
-			s, err := strconv.ParseInt(m[1], 10, 64)
-			if err == nil {
-				return time.Unix(s, 0).In(loc(ref)), true
-			}
-		}
-	}
 	return time.Time{}, false
-}
-
-// stripCompose cuts a docker compose "name  | " prefix before a slog line.
-func stripCompose(line string) string {
-	if i := strings.Index(line, "| time="); i > 0 && i < 80 {
-		return line[i+2:]
-	}
-	return line
 }
 
 // llamaElapsed reads llama.cpp's "M.SS.mmm.uuu L " prefix (time since the
@@ -254,9 +278,12 @@ func llamaElapsed(line string) (time.Duration, string, bool) {
 	if len(parts) != 4 {
 		return 0, line, false
 	}
+	// Minutes (up to a year's worth: a bound that keeps the sum far from
+	// overflowing), then two digits of seconds and three of milliseconds
+	// and of microseconds.
 	var v [4]int64
 	for i, s := range parts {
-		if !isDigits(s) || len(s) > 9 {
+		if !isDigits(s) || len(s) > llamaElapsedDigits[i] || (i > 0 && len(s) != llamaElapsedDigits[i]) {
 			return 0, line, false
 		}
 		v[i], _ = strconv.ParseInt(s, 10, 64)
@@ -265,6 +292,10 @@ func llamaElapsed(line string) (time.Duration, string, bool) {
 	return d, line[sp+3:], true
 }
 
+// llamaElapsedDigits are the widths of llama.cpp's elapsed-time fields:
+// at most 6 digits of minutes, then exactly 2, 3 and 3.
+var llamaElapsedDigits = [4]int{6, 2, 3, 3}
+
 func llamaTime(line string, ref time.Time) (time.Time, bool) {
 	if d, _, ok := llamaElapsed(line); ok {
 		if ref.IsZero() {
@@ -272,6 +303,11 @@ func llamaTime(line string, ref time.Time) (time.Time, bool) {
 		}
 		return ref.Add(d), true
 	}
+	return unixStamp(line, ref)
+}
+
+// unixStamp reads the C++ runner's "timestamp=1731008127" (seconds).
+func unixStamp(line string, ref time.Time) (time.Time, bool) {
 	if strings.Contains(line, "timestamp=") {
 		if m := reUnixStamp.FindStringSubmatch(line); m != nil {
 			s, err := strconv.ParseInt(m[1], 10, 64)

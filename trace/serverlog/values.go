@@ -32,14 +32,17 @@ func took(stage trace.Stage, at time.Duration, secs float64) hit {
 	return hit{stage: stage, op: opClose, start: at - seconds(secs), hasStart: true, reported: secs, hasReported: true, stated: true}
 }
 
-// seconds converts a server's figure to a duration, bounded so that
-// garbage cannot overflow.
+// maxStated bounds a stage's length as a server states it (115 days, far
+// above any startup), so that garbage cannot overflow the session clock.
+const maxStated = 1e7 * time.Second
+
+// seconds converts a server's figure to a duration, bounded by maxStated.
 func seconds(s float64) time.Duration {
 	if !(s > 0) {
 		return 0
 	}
-	if s > 1e7 {
-		s = 1e7
+	if s > maxStated.Seconds() {
+		return maxStated
 	}
 	return time.Duration(s * float64(time.Second))
 }

@@ -70,8 +70,10 @@ func (p *Parser) vllm(at time.Duration, line string) string {
 		msg = m
 	} else if strings.HasPrefix(rest, "INFO:") {
 		msg = strings.TrimSpace(rest[5:])
-	} else if m := rePyAsctime.FindStringIndex(rest); m != nil {
-		msg = rest[m[1]:]
+	} else if pyAsctimeLike(rest) {
+		if m := rePyAsctime.FindStringIndex(rest); m != nil {
+			msg = rest[m[1]:]
+		}
 	}
 	st := &p.v
 	switch {

@@ -1,0 +1,360 @@
+package sessions
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// OpenDigest reads what reports, diffs and the diagnosis need of a session
+// file, in two passes that each hold bounded memory whatever the file's
+// size: the stages, processes, markers and requests, the samples inside
+// each run's cold window (and the server's own /metrics samples), but no
+// log lines and no samples outside the windows. The first pass finds each
+// run's cold window; the second keeps the events. A file with more than
+// maxDigestRuns runs keeps the first ones and the last in detail; Digest
+// lists the others, with every run's cold total.
+//
+// Every figure computed from the digest (Runs, Diagnose, BuildReport,
+// Diff) equals the one computed from the whole file.
+func OpenDigest(path string) (*Session, error) {
+	metas, err := scanRunMetas(path)
+	if err != nil {
+		return nil, err
+	}
+	d := &Digest{Runs: len(metas.order)}
+	detail := map[int]bool{}
+	for i, r := range metas.order {
+		if len(metas.order) <= maxDigestRuns || i < maxDigestRuns-1 || i == len(metas.order)-1 {
+			detail[r] = true
+		} else {
+			d.Omitted = append(d.Omitted, r)
+		}
+		if m := metas.byRun[r]; m.launched() {
+			d.ColdTotals = append(d.ColdTotals, m.coldEnd()-m.startAt())
+		}
+	}
+	windows := map[int]trace.Interval{}
+	for r, m := range metas.byRun {
+		windows[r] = m.window()
+	}
+	serverSample := []byte(`"sample":{"source":"` + trace.SourceServer + `"`)
+	// The first sample of each source in a run is kept wherever it lies:
+	// the diagnosis reads from it that a GPU was sampled and the weights'
+	// size.
+	type runSource struct {
+		run    int
+		source string
+	}
+	firstOf := map[runSource]bool{}
+	st, err := OpenStream(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	st.filter = func(at time.Duration, kind trace.Kind, run int, line []byte) bool {
+		if !detail[run] {
+			return false
+		}
+		switch kind {
+		case trace.KindLog:
+			return false
+		case trace.KindSample:
+			w := windows[run]
+			head := line
+			if len(head) > 160 {
+				head = head[:160]
+			}
+			if at >= w.Start && at <= w.End || bytes.Contains(head, serverSample) {
+				return true
+			}
+			if src, ok := sampleSource(head); ok && !firstOf[runSource{run, src}] {
+				firstOf[runSource{run, src}] = true
+				return true
+			}
+			return false
+		}
+		return true
+	}
+	s := &Session{Path: path, Header: st.Header, Digest: d}
+	kept := map[int]bool{} // runs whose last event was kept
+	var e trace.Event
+	for st.Next(&e) {
+		m := metas.byRun[e.Run]
+		if !detail[e.Run] {
+			continue
+		}
+		light := e.Validate() != nil
+		if light {
+			switch e.Kind {
+			case trace.KindLog:
+				d.LogLines++
+			case trace.KindSample:
+				d.Samples++
+			}
+		}
+		if m != nil && e.At == m.lastAt && !kept[e.Run] {
+			kept[e.Run] = true
+			if light {
+				s.Events = append(s.Events, trace.Event{At: e.At, Run: e.Run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: lastEventMarker}})
+			}
+		}
+		if !light {
+			s.Events = append(s.Events, e)
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("read session %s: %w", path, err)
+	}
+	s.Truncated, s.Unfinished, s.Skipped = st.Truncated(), st.Unfinished() && !st.Truncated(), st.Skipped()
+	return s, nil
+}
+
+// digestBuilder builds, in one pass over events as they are written, the
+// digest OpenDigest would read back from a session without samples (an
+// import's): every event but log lines for the first runs and the last,
+// every run's cold window.
+type digestBuilder struct {
+	metas    *runMetas
+	kept     []seqEvent // runs below maxDigestRuns-1
+	tail     []seqEvent // the latest run above them
+	tailRun  int
+	lastKind map[int]trace.Kind // the kind of each run's last event so far
+	logs     int
+	n        int // events added
+}
+
+// seqEvent is an event with its place in the stream.
+type seqEvent struct {
+	e   trace.Event
+	seq int
+}
+
+func newDigestBuilder() *digestBuilder {
+	return &digestBuilder{metas: &runMetas{byRun: map[int]*runMeta{}}, tailRun: -1, lastKind: map[int]trace.Kind{}}
+}
+
+func (d *digestBuilder) add(e *trace.Event) {
+	seq := d.n
+	d.n++
+	d.metas.add(e)
+	if m := d.metas.byRun[e.Run]; e.At >= m.lastAt {
+		d.lastKind[e.Run] = e.Kind
+	}
+	if e.Kind == trace.KindLog {
+		d.logs++
+		return
+	}
+	if e.Run < maxDigestRuns-1 {
+		d.kept = append(d.kept, seqEvent{*e, seq})
+		return
+	}
+	if e.Run != d.tailRun {
+		d.tail, d.tailRun = d.tail[:0], e.Run
+	}
+	d.tail = append(d.tail, seqEvent{*e, seq})
+}
+
+// session is the digest of the session whose header is h. The events
+// added before the shift of a log that begins mid-startup was known (the
+// first shifted of them) move later by shift, as the file's do.
+func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Session {
+	sort.Ints(d.metas.order)
+	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs}
+	last := -1
+	if n := len(d.metas.order); n > 0 {
+		last = d.metas.order[n-1]
+	}
+	var evs []trace.Event
+	kept := d.kept
+	if last >= maxDigestRuns-1 {
+		kept = append(kept, d.tail...)
+	}
+	for _, se := range kept {
+		if se.seq > 0 && se.seq < shifted {
+			shiftEvent(&se.e, shift)
+		}
+		evs = append(evs, se.e)
+	}
+	for _, r := range d.metas.order {
+		m := d.metas.byRun[r]
+		if r >= maxDigestRuns-1 && r != last {
+			dg.Omitted = append(dg.Omitted, r)
+		} else if d.lastKind[r] == trace.KindLog {
+			at := m.lastAt
+			if shifted > 0 && at < shift {
+				at += shift // a run that ended before the shift was known
+			}
+			evs = append(evs, trace.Event{At: at, Run: r, Kind: trace.KindMarker, Marker: &trace.Marker{Name: lastEventMarker}})
+		}
+		if m.launched() {
+			dg.ColdTotals = append(dg.ColdTotals, m.coldEnd()-m.startAt())
+		}
+	}
+	trace.SortEvents(evs)
+	return &Session{Header: h, Events: evs, Digest: dg}
+}
+
+// sampleSource reads the source of a sample line from its head.
+func sampleSource(head []byte) (string, bool) {
+	const key = `"sample":{"source":"`
+	i := bytes.Index(head, []byte(key))
+	if i < 0 {
+		return "", false
+	}
+	rest := head[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return "", false
+	}
+	return string(rest[:j]), true
+}
+
+// runMeta is what the first pass of a digest keeps of one run: enough to
+// compute its cold window exactly as Analyze does (launched, Start,
+// ColdEnd), and no more.
+type runMeta struct {
+	start, healthy, spanEnd, lastAt time.Duration
+	hasStart, hasSpans, hasReqs     bool
+	spanStart                       time.Duration
+	// The cold request: every version of the cold-phase requests by id,
+	// the earliest done one wins (as Run.ColdRequest).
+	cold map[string]trace.Request
+}
+
+type runMetas struct {
+	byRun map[int]*runMeta
+	order []int
+}
+
+// scanRunMetas is the digest's first pass.
+func scanRunMetas(path string) (*runMetas, error) {
+	st, err := OpenStream(path, trace.KindStage, trace.KindProcess, trace.KindRequest)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ms := &runMetas{byRun: map[int]*runMeta{}}
+	var e trace.Event
+	for st.Next(&e) {
+		ms.add(&e)
+	}
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("read session %s: %w", path, err)
+	}
+	sort.Ints(ms.order)
+	return ms, nil
+}
+
+// add takes one event of the first pass.
+func (ms *runMetas) add(e *trace.Event) {
+	m := ms.byRun[e.Run]
+	if m == nil {
+		m = &runMeta{}
+		ms.byRun[e.Run] = m
+		ms.order = append(ms.order, e.Run)
+	}
+	if e.At > m.lastAt {
+		m.lastAt = e.At
+	}
+	switch {
+	case e.Kind == trace.KindStage && e.Stage != nil:
+		if !m.hasSpans || e.Stage.Start < m.spanStart {
+			m.spanStart = e.Stage.Start
+		}
+		if !m.hasSpans || e.Stage.End > m.spanEnd {
+			m.spanEnd = e.Stage.End
+		}
+		m.hasSpans = true
+	case e.Kind == trace.KindProcess && e.Process != nil && e.Process.Action == trace.ProcessStart,
+		e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerRunStart:
+		if !m.hasStart || e.At < m.start {
+			m.start, m.hasStart = e.At, true
+		}
+	case e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerHealthy:
+		if m.healthy == 0 {
+			m.healthy = e.At
+		}
+	case e.Kind == trace.KindRequest && e.Request != nil:
+		if e.Request.Done {
+			m.hasReqs = true
+		}
+		if e.Request.Phase == trace.PhaseCold {
+			if m.cold == nil {
+				m.cold = map[string]trace.Request{}
+			}
+			q := *e.Request
+			q.Tokens = nil // the window needs the times, not the tokens
+			m.cold[q.ID] = q
+		}
+	}
+}
+
+// startAt is Run.Start: the launch, or the earliest span.
+func (m *runMeta) startAt() time.Duration {
+	s := m.start
+	if m.hasSpans && (!m.hasStart || m.spanStart < s) {
+		s = m.spanStart
+	}
+	return s
+}
+
+// coldRequest is Run.ColdRequest.
+func (m *runMeta) coldRequest() (trace.Request, bool) {
+	var best trace.Request
+	found := false
+	for _, q := range m.cold {
+		if q.Done && (!found || q.Sent < best.Sent) {
+			best, found = q, true
+		}
+	}
+	return best, found
+}
+
+// launched is Analyze's launched.
+func (m *runMeta) launched() bool {
+	if m.hasSpans {
+		return true
+	}
+	if _, ok := m.coldRequest(); ok {
+		return true
+	}
+	return m.hasStart && !m.hasReqs
+}
+
+// coldEnd is Analyze's coldEnd.
+func (m *runMeta) coldEnd() time.Duration {
+	if q, ok := m.coldRequest(); ok && q.FirstToken > 0 {
+		return q.Sent + q.FirstToken
+	}
+	if m.healthy > 0 {
+		return m.healthy
+	}
+	start := m.startAt()
+	end := start
+	if m.hasSpans && m.spanEnd > end {
+		end = m.spanEnd
+	}
+	if end == start {
+		end = m.lastAt
+	}
+	return end
+}
+
+// window is where the diagnosis reads samples: the cold window and the
+// cold request (whose memory jump it weighs), or the whole run when it was
+// not launched (the facts then come from the server's samples and the
+// requests).
+func (m *runMeta) window() trace.Interval {
+	if !m.launched() {
+		return trace.Interval{Start: 0, End: -1}
+	}
+	w := trace.Interval{Start: m.startAt(), End: m.coldEnd()}
+	if q, ok := m.coldRequest(); ok && q.Sent+q.End > w.End {
+		w.End = q.Sent + q.End
+	}
+	return w
+}

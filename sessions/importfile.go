@@ -1,0 +1,252 @@
+package sessions
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/treni-top/treni-top/trace"
+)
+
+// headerRoom is the room an import keeps for its header at the start of a
+// plain (.jsonl) session: the header is known only once the whole log was
+// read (its clock, its origin, the shift of a log that begins
+// mid-startup), and writing it into that room, padded with spaces, spares
+// copying the events after it. JSON allows the spaces; the header is a
+// few kilobytes at most (the notes are bounded, the source path is a
+// path).
+const headerRoom = 32 << 10
+
+// importToFile streams the import into a temporary file beside out
+// (writing on a goroutine of its own while the log is parsed), then
+// writes the header and renames the file to out: nothing is left at out
+// unless the import succeeds. It returns the session's digest, built as
+// the events go by: what OpenDigest reads back from the file.
+func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err error) {
+	dir := filepath.Dir(out)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create session directory for %s: %w", out, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".treni-import-*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("create a temporary file beside %s: %w", out, err)
+	}
+	defer func() {
+		tmp.Close()
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	gz := strings.HasSuffix(out, ".gz")
+	// A compressed session cannot be written into: its events go to a
+	// plain body first, compressed after the header at the end.
+	body := tmp
+	if gz {
+		if body, err = os.CreateTemp(dir, ".treni-import-body-*.tmp"); err != nil {
+			return nil, fmt.Errorf("create a temporary file beside %s: %w", out, err)
+		}
+		defer func() {
+			body.Close()
+			os.Remove(body.Name())
+		}()
+	} else if _, err := body.Write(headerPlaceholder()); err != nil {
+		return nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	w := startEventWriter(body)
+	dg := newDigestBuilder()
+	im, err := runImport(r, opts, func(e *trace.Event) error {
+		dg.add(e)
+		return w.write(e)
+	})
+	if werr := w.close(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return nil, err
+	}
+	h := im.header()
+	switch {
+	case gz || im.shiftedOut > 0:
+		// Copy (compressing, or moving the offsets written before the
+		// shift was known) into a second file after the header.
+		final, err := os.CreateTemp(dir, ".treni-import-*.tmp")
+		if err != nil {
+			return nil, fmt.Errorf("create a temporary file beside %s: %w", out, err)
+		}
+		defer func() {
+			final.Close()
+			if err != nil {
+				os.Remove(final.Name())
+			}
+		}()
+		from := int64(0)
+		if !gz {
+			from = headerRoom
+		}
+		if _, err := body.Seek(from, io.SeekStart); err != nil {
+			return nil, fmt.Errorf("read back %s: %w", body.Name(), err)
+		}
+		rec, err := newRecorder(out, final, gz, h, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		if err := copyBody(rec, body, im.shift, im.shiftedOut); err != nil {
+			return nil, err
+		}
+		if im.shiftedOut == 0 {
+			rec.le.n, rec.le.lastAt = im.q.count, im.q.last // copied, not encoded
+		}
+		if err := rec.Close(); err != nil {
+			return nil, err
+		}
+		os.Remove(tmp.Name())
+		tmp = final
+	default:
+		if err := writeHeaderInRoom(tmp, h); err != nil {
+			return nil, fmt.Errorf("write session %s: %w", out, err)
+		}
+		if _, err := tmp.Seek(0, io.SeekEnd); err != nil {
+			return nil, fmt.Errorf("write session %s: %w", out, err)
+		}
+		le := lineEncoder{n: im.q.count, lastAt: im.q.last}
+		le.end(tmp)
+		if le.writeErr != nil {
+			return nil, fmt.Errorf("write session %s: %w", out, le.writeErr)
+		}
+		if err := tmp.Close(); err != nil {
+			return nil, fmt.Errorf("write session %s: %w", out, err)
+		}
+	}
+	// CreateTemp makes the file readable by its owner only; a session is
+	// as readable as Create makes it.
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return nil, fmt.Errorf("import into %s: %w", out, err)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return nil, fmt.Errorf("import into %s: %w", out, err)
+	}
+	return dg.session(h, im.shift, im.shiftedOut), nil
+}
+
+// headerPlaceholder is the room kept for the header: spaces and a newline.
+func headerPlaceholder() []byte {
+	b := make([]byte, headerRoom)
+	for i := range b {
+		b[i] = ' '
+	}
+	b[len(b)-1] = '\n'
+	return b
+}
+
+// writeHeaderInRoom writes h at the start of f, padded with spaces to
+// headerRoom.
+func writeHeaderInRoom(f *os.File, h Header) error {
+	line, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("encode the header: %w", err)
+	}
+	if len(line) >= headerRoom {
+		return fmt.Errorf("the header (%d bytes) does not fit the %d bytes kept for it", len(line), headerRoom)
+	}
+	_, err = f.WriteAt(line, 0)
+	return err
+}
+
+// copyBody copies the body's lines into the session after its header,
+// moving the offsets of the first n events later by shift (they were
+// written before a stage that began before the first line was found),
+// except the first (the first start, at the session's zero).
+func copyBody(rec *Recorder, body io.Reader, shift time.Duration, n int) error {
+	if n == 0 {
+		if _, err := io.Copy(rec.w, body); err != nil {
+			return fmt.Errorf("write session %s: %w", rec.path, err)
+		}
+		return nil
+	}
+	st := &Stream{br: bufio.NewReaderSize(body, 1<<20)}
+	var e trace.Event
+	for i := 0; st.Next(&e); i++ {
+		if i > 0 && i < n {
+			shiftEvent(&e, shift)
+		}
+		rec.le.write(rec.w, &e)
+		if rec.le.writeErr != nil {
+			return fmt.Errorf("write session %s: %w", rec.path, rec.le.writeErr)
+		}
+	}
+	return st.Err()
+}
+
+// eventWriter encodes and writes events on a goroutine of its own, in
+// batches, so that the import's parsing and its writing use two cores.
+// Its owner (importToFile) stops it with close, which waits for it.
+type eventWriter struct {
+	batch []trace.Event
+	work  chan []trace.Event
+	free  chan []trace.Event
+	done  chan error
+}
+
+// writerBatch is how many events go to the writer at once.
+const writerBatch = 512
+
+func startEventWriter(f *os.File) *eventWriter {
+	w := &eventWriter{work: make(chan []trace.Event, 4), free: make(chan []trace.Event, 5), done: make(chan error, 1)}
+	for i := 0; i < 5; i++ {
+		w.free <- make([]trace.Event, 0, writerBatch)
+	}
+	w.batch = <-w.free
+	go func() {
+		bw := bufio.NewWriterSize(f, 1<<20)
+		var le lineEncoder
+		var err error
+		for b := range w.work {
+			if err == nil {
+				for i := range b {
+					le.write(bw, &b[i])
+				}
+				if le.writeErr != nil {
+					err = fmt.Errorf("write %s: %w", f.Name(), le.writeErr)
+				} else if le.dropped > 0 {
+					// The parsers refuse values JSON cannot hold; an
+					// event that still fails to encode is a bug, and no
+					// session is left.
+					err = fmt.Errorf("%w (a bug in treni-top; please report it with the log)", le.droppedErr(f.Name()))
+				}
+			}
+			clear(b)
+			w.free <- b[:0]
+		}
+		if err == nil {
+			if ferr := bw.Flush(); ferr != nil {
+				err = fmt.Errorf("write %s: %w", f.Name(), ferr)
+			}
+		}
+		w.done <- err
+	}()
+	return w
+}
+
+// write queues one event; a failed write is reported by close.
+func (w *eventWriter) write(e *trace.Event) error {
+	w.batch = append(w.batch, *e)
+	if len(w.batch) == writerBatch {
+		w.work <- w.batch
+		w.batch = <-w.free
+	}
+	return nil
+}
+
+// close writes what is queued, stops the writer and returns its error.
+func (w *eventWriter) close() error {
+	if len(w.batch) > 0 {
+		w.work <- w.batch
+	}
+	close(w.work)
+	return <-w.done
+}

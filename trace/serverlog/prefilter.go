@@ -1,0 +1,104 @@
+package serverlog
+
+// Most lines of a production log are not stage lines (request chatter,
+// progress bars, config dumps), and testing each against every rule's
+// texts was most of the parser's cost. A kind's rules only fire on a line
+// that contains one of their literal texts, so a line that contains none
+// of them can skip the rules: the prefilter tests, at every position of
+// the line, whether the four bytes there begin one of those texts (a
+// hashed bit set of the texts' first four bytes). A line that contains a
+// text always passes; a few others pass by a hash collision and are
+// tested by the rules as before. TestPrefilterChangesNothing and FuzzFeed
+// check that the parser returns the same with and without it.
+
+// ruleTexts are, per kind, the literal texts its rules (and noteOrigin)
+// look for; every text is at least four bytes long.
+var ruleTexts = map[Kind][]string{
+	KindVLLM: {
+		" blocks: ", "Application startup complete", "Autotuning process", "Available KV cache memory", "Cache the graph",
+		"Capturing CUDA graphs", "Capturing a cudagraph", "Capturing the model for CUDA graphs", "Compiling a graph for",
+		"Directly load the", "Dynamo bytecode transform time", "GPU KV cache size", "Graph capturing finished in",
+		"Init Tokenizer took", "Initial profiling/warmup run took", "Initializing a V1 LLM engine", "Initializing an LLM engine",
+		"Loading model from scratch", "Loading model weights took", "Loading weights took", "Maximum concurrency for",
+		"Memory profiling takes", "Model loading took", "Overall time to stream", "Start compiling function",
+		"Starting to load model", "Starting vLLM API server", "Starting vLLM server on", "Time spent downloading weights",
+		"for vLLM's torch.compile", "in world size", "init engine (profile", "num_gpu_blocks is:", "torch.compile take",
+		"torch.compile took",
+		// noteOrigin
+		"platform", "with config:", "API server version",
+	},
+	KindSGLang: {
+		"Application startup complete", "CUDA graph begin", "CUDA graph end", "Capture cuda graph", "Engine startup timings",
+		"Init torch distributed", "KV Cache is allocated", "Load weight begin", "Load weight end", "Memory pool end",
+		"Started server process", "The server is fired up and ready to roll", "max_total_num_tokens=", "server_args=",
+	},
+	KindTGI: {
+		"Connected", "Cuda Graphs are enabled for sizes", "KV-cache blocks:", "Setting max batch total tokens to",
+		"Sharding model on", "Starting check and download process", "Starting download process", "Starting shard",
+		"Warming up model", "ready in ",
+		// noteOrigin
+		"model_id: ", `version: "`,
+	},
+	KindLlamaCpp: llamaTexts,
+	KindOllama: append([]string{
+		"Listening on", "[GIN] ", "compute graph", "kv cache", "loading first model", "loading model", "model load",
+		"model weights", "offloaded ", "started in", "starting llama server", "starting llama-server", "starting runner",
+		"waiting for llama runner",
+		// noteOrigin
+		"library=", " version=",
+	}, llamaTexts...),
+}
+
+// llamaTexts are llama.cpp's, which Ollama's runner prints too.
+var llamaTexts = []string{
+	"  Device ", "HTTP server is listening", "] model loaded |", "all slots are idle", "ggml_cuda_init:", "ggml_metal_init:",
+	"ggml_vulkan", "graph splits", "initializing slots", "llama_context:", "llama_init_from_model:", "llama_kv_cache",
+	"llama_model_loader:", "llama_new_context_with_model:", "llm_load_", "load: ", "load_backend:", "load_model: loading model",
+	"load_tensors:", "main: loading model", "model loaded", "print_info:", "sched_reserve:", "server is listening on",
+	"warming up the model",
+	// noteOrigin
+	"build: ", "using device ", "general.name", "Device ",
+}
+
+// prefilter is a kind's bit set of the first four bytes of its texts.
+type prefilter struct {
+	bits [1 << 16 / 64]uint64
+}
+
+func gramHash(g uint32) uint32 { return (g * 0x9E3779B1) >> 16 }
+
+func newPrefilter(texts []string) *prefilter {
+	f := &prefilter{}
+	for _, t := range texts {
+		g := uint32(t[0]) | uint32(t[1])<<8 | uint32(t[2])<<16 | uint32(t[3])<<24
+		h := gramHash(g)
+		f.bits[h/64] |= 1 << (h % 64)
+	}
+	return f
+}
+
+// mayMatch reports whether s may contain one of the texts: false means
+// it certainly contains none.
+func (f *prefilter) mayMatch(s string) bool {
+	if len(s) < 4 {
+		return false
+	}
+	g := uint32(s[0])<<8 | uint32(s[1])<<16 | uint32(s[2])<<24
+	for i := 3; i < len(s); i++ {
+		g = g>>8 | uint32(s[i])<<24
+		h := gramHash(g)
+		if f.bits[h/64]&(1<<(h%64)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// prefilters are built once: they are read-only afterwards.
+var prefilters = func() map[Kind]*prefilter {
+	m := map[Kind]*prefilter{}
+	for k, texts := range ruleTexts {
+		m[k] = newPrefilter(texts)
+	}
+	return m
+}()
