@@ -643,10 +643,16 @@ func readLogLine(br *bufio.Reader) ([]byte, bool, error) {
 	return buf, false, err
 }
 
+var syslogESC = []byte("#033[")
+
 // cleanLine drops "\r", ANSI escape sequences (coloured llama.cpp and
 // uvicorn output) and invalid UTF-8.
 func cleanLine(b []byte) string {
 	b = bytes.TrimRight(b, "\r")
+	if bytes.Contains(b, syslogESC) {
+		// syslog and CloudWatch write the escape byte as "#033".
+		b = bytes.ReplaceAll(b, syslogESC, []byte("\x1b["))
+	}
 	if bytes.IndexByte(b, 0x1b) < 0 {
 		if utf8.Valid(b) {
 			return string(b) // the usual case: one copy

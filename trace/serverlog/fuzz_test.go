@@ -144,3 +144,24 @@ func BenchmarkFeedVLLM(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
 }
+
+// FuzzUnwrap: stripping collectors' prefixes never panics, keeps a suffix
+// of the line, and a stamp it reports is a time.
+func FuzzUnwrap(f *testing.F) {
+	for _, s := range []string{"vllm-1  | x", "2025-05-09T20:51:11.123456789Z x", "[pod/a/b] x", "May  9 22:51:11 h u[1]: x",
+		"2025-05-09T22:51:11+0000 h u[1]: x", "[pod/a/b] 2025-05-09T20:51:11Z s-1 | May  9 22:51:11 h u[1]: x", "a | b", "Feb 29 00:00:00 h u: x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		u := Unwrap(line, time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+		if !strings.HasSuffix(line, u.Line) {
+			t.Fatalf("%q is not a suffix of %q", u.Line, line)
+		}
+		if u.HasAt == u.At.IsZero() {
+			t.Fatalf("HasAt %v with %v", u.HasAt, u.At)
+		}
+		if u.Wrapper == "" && u.Line != line {
+			t.Fatalf("stripped %q without naming a wrapper", line)
+		}
+	})
+}

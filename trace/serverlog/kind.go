@@ -95,7 +95,11 @@ func kindFromCommand(command []string) Kind {
 func kindFromLines(lines []string) Kind {
 	votes := map[Kind]int{}
 	for _, l := range lines {
-		if k := lineKind(Unwrap(l, time.Time{}).Line); k != KindUnknown {
+		u := Unwrap(l, time.Time{})
+		if k := unitKind(u.Unit); k != KindUnknown {
+			votes[k]++ // "ollama[812]:", "vllm-1  |": a hint, outvoted by the lines
+		}
+		if k := lineKind(u.Line); k != KindUnknown {
 			votes[k]++
 			if k == KindOllama || k == KindTreni {
 				votes[k]++
@@ -116,8 +120,36 @@ func kindFromLines(lines []string) Kind {
 	return best
 }
 
+// unitKind is the kind a collector's name for the program gives away.
+func unitKind(unit string) Kind {
+	u := strings.ToLower(unit)
+	switch {
+	case u == "":
+	case strings.Contains(u, "sglang"):
+		return KindSGLang
+	case strings.Contains(u, "vllm"):
+		return KindVLLM
+	case strings.Contains(u, "ollama"):
+		return KindOllama
+	case strings.Contains(u, "text-generation") || strings.Contains(u, "tgi"):
+		return KindTGI
+	case strings.Contains(u, "llama-server") || strings.Contains(u, "llama.cpp") || strings.Contains(u, "llamacpp"):
+		return KindLlamaCpp
+	}
+	return KindUnknown
+}
+
 // lineKind is the kind a single line gives away, or KindUnknown.
 func lineKind(l string) Kind {
+	if _, rest, ok := llamaElapsed(l); ok {
+		l = rest // llama-server's 2026 builds: "0.07.611.221 I main: …"
+	}
+	if strings.HasPrefix(l, "(") {
+		if i := strings.Index(l, " pid="); i > 0 && strings.Contains(strings.ToLower(l[:i]), "sglang") {
+			return KindSGLang // a Ray actor of SGLang's ("(SGLangWorker pid=N)")
+		}
+		_, l = stripVLLMTags(l) // Ray actors' "(Name pid=N) " before SGLang's lines too
+	}
 	switch {
 	case strings.Contains(l, `"treni_stage"`):
 		return KindTreni
@@ -130,7 +162,8 @@ func lineKind(l string) Kind {
 		return KindSGLang
 	case strings.Contains(l, "vLLM"), strings.Contains(l, "vllm"), vllmPrefix(l):
 		return KindVLLM
-	case strings.HasPrefix(l, "llama_model_loader:"), strings.HasPrefix(l, "load_tensors:"), strings.HasPrefix(l, "llm_load_"),
+	case strings.HasPrefix(l, "{") && strings.Contains(l, `"timestamp":`) && strings.Contains(l, `"function":`), strings.HasPrefix(l, "ggml_init_cublas:"),
+		strings.HasPrefix(l, "llama_model_loader:"), strings.HasPrefix(l, "load_tensors:"), strings.HasPrefix(l, "llm_load_"),
 		strings.HasPrefix(l, "llama_context:"), strings.HasPrefix(l, "main: server is listening"), strings.HasPrefix(l, "srv "):
 		return KindLlamaCpp
 	}

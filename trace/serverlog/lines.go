@@ -178,16 +178,11 @@ func (c *LineClock) plausible(t time.Time) bool {
 
 // clockSkew turns the difference between a line's own stamp and its
 // collector's into the correction for every own stamp: a whole number of
-// quarter hours (a time zone), or for llama.cpp the exact difference (its
-// stamps are relative). A difference of more than a day is two unrelated
-// clocks: no correction.
+// quarter hours (a time zone, or a year-less stamp placed in another
+// year), or for llama.cpp the exact difference (its stamps are relative).
 func clockSkew(kind Kind, d time.Duration) (time.Duration, bool) {
 	if kind == KindLlamaCpp {
 		return d, true
 	}
-	q := d.Round(15 * time.Minute)
-	if q > 26*time.Hour || q < -26*time.Hour {
-		return 0, true
-	}
-	return q, true
+	return d.Round(15 * time.Minute), true
 }

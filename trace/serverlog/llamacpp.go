@@ -104,7 +104,7 @@ func (p *Parser) llamacpp(at time.Duration, line string, embedded bool) {
 		p.closeOpenStage(trace.StageKVAlloc)
 		p.add(hit{stage: trace.StageWarmup, op: opOpen})
 	case strings.Contains(msg, "initializing slots") || strings.Contains(msg, "all slots are idle") || strings.HasSuffix(strings.TrimSpace(msg), "model loaded") ||
-		strings.Contains(msg, "] model loaded |"):
+		strings.Contains(msg, "] model loaded |") || strings.Contains(msg, `"message":"model loaded"`) || strings.Contains(msg, `"msg":"model loaded"`):
 		p.closeOpenStage(trace.StageKVAlloc)
 		p.closeOpenStage(trace.StageWarmup)
 		if embedded || !strings.Contains(msg, "model loaded") {
@@ -124,7 +124,7 @@ func (p *Parser) llamacpp(at time.Duration, line string, embedded bool) {
 func (p *Parser) deviceInit(at time.Duration, msg string) {
 	backend := ""
 	switch {
-	case strings.HasPrefix(msg, "ggml_cuda_init:"):
+	case strings.HasPrefix(msg, "ggml_cuda_init:"), strings.HasPrefix(msg, "ggml_init_cublas:"):
 		backend = "cuda"
 	case strings.HasPrefix(msg, "ggml_metal_init:"):
 		backend = "metal"

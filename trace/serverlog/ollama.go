@@ -42,8 +42,14 @@ var firstRequestPaths = []string{"/api/generate", "/api/chat", "/api/embed", "/v
 // its latency earlier, so the lazy load sits inside it.
 func (p *Parser) ollama(at time.Duration, line string) {
 	l := line
-	if strings.HasPrefix(l, "time=") {
-		msg := slogMsg(l)
+	msg, ok := "", false
+	switch {
+	case strings.HasPrefix(l, "time="):
+		msg, ok = slogMsg(l), true
+	case len(l) > 20 && l[4] == '/' && l[10] == ' ':
+		msg, ok = goLogMsg(l) // before slog: "2023/10/06 13:38:58 routes.go:572: Listening on …"
+	}
+	if ok {
 		switch {
 		case strings.HasPrefix(msg, "Listening on"):
 			p.add(hit{stage: trace.StageRuntimeInit, op: opEngineStart})
@@ -147,6 +153,28 @@ func (p *Parser) gin(at time.Duration, l string) {
 	h := took(trace.StageFirstRequest, at, d.Seconds())
 	h.set = trace.Attrs{"endpoint": path, "status": atof(strings.TrimSpace(f[1]))}
 	p.add(h)
+}
+
+// goLogMsg returns the message of a Go log line "2006/01/02 15:04:05
+// file.go:123: [INFO ]msg".
+func goLogMsg(l string) (string, bool) {
+	rest := l[20:]
+	if dot := strings.IndexByte(rest, ' '); dot > 0 && strings.HasPrefix(rest, ".") {
+		rest = rest[dot+1:] // fractional seconds
+	}
+	i := strings.Index(rest, ".go:")
+	if i <= 0 || i > 40 {
+		return "", false
+	}
+	j := strings.Index(rest[i:], ": ")
+	if j < 0 {
+		return "", false
+	}
+	msg := rest[i+j+2:]
+	for _, lvl := range []string{"INFO ", "WARN ", "ERROR ", "DEBUG "} {
+		msg = strings.TrimPrefix(msg, lvl)
+	}
+	return msg, true
 }
 
 // slogMsg returns the msg value of a slog text line (quoted or bare).

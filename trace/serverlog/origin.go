@@ -79,13 +79,14 @@ var (
 	reOTGIModel     = regexp.MustCompile(`model_id: "([^"]*)"`)
 	reOTGIVersion   = regexp.MustCompile(`\bversion: "([^"]+)"`)
 	reOLlamaBuild   = regexp.MustCompile(`^(?:main: )?build: (\d+) \(([0-9a-f]+)\)`)
+	reOLlamaJSONBld = regexp.MustCompile(`"(?:message|msg)":"build info".*"build":(\d+),"commit":"([0-9a-f]+)"`)
 	reOLlamaCUDADev = regexp.MustCompile(`^\s*Device \d+: ([^,]+),`)
 	reOLlamaUsing   = regexp.MustCompile(`using device (\S+) \(([^)]+)\)`)
 	reOLlamaMetal   = regexp.MustCompile(`ggml_metal_init: found device: (.+)$`)
 	reOLlamaName    = regexp.MustCompile(`general\.name\s+str\s+=\s+(.+)$`)
 	reOOllamaLib    = regexp.MustCompile(`\blibrary=([a-zA-Z]+)`)
 	reOOllamaName   = regexp.MustCompile(`\bname="([^"]+)"`)
-	reOOllamaVer    = regexp.MustCompile(`\bversion=([0-9][^\s"]*)`)
+	reOOllamaVer    = regexp.MustCompile(`\bversion=([0-9][^\s"]*)|Listening on .*\(version ([0-9][^)\s]*)\)`)
 )
 
 // noteOrigin reads the origin facts of one line (msg is the line without
@@ -137,7 +138,7 @@ func (p *Parser) noteOrigin(msg string) {
 		}
 	case KindLlamaCpp, KindOllama:
 		p.noteLlamaOrigin(msg)
-		if p.kind == KindOllama && strings.HasPrefix(msg, "time=") {
+		if p.kind == KindOllama && (strings.HasPrefix(msg, "time=") || strings.Contains(msg, "Listening on")) {
 			if strings.Contains(msg, "library=") {
 				if m := reOOllamaLib.FindStringSubmatch(msg); m != nil {
 					p.noteDevice(m[1])
@@ -148,9 +149,9 @@ func (p *Parser) noteOrigin(msg string) {
 					}
 				}
 			}
-			if strings.Contains(msg, " version=") {
+			if strings.Contains(msg, " version=") || strings.Contains(msg, "(version ") {
 				if m := reOOllamaVer.FindStringSubmatch(msg); m != nil {
-					p.noteVersion(m[1])
+					p.noteVersion(m[1] + m[2])
 				}
 			}
 		}
@@ -168,7 +169,11 @@ func (p *Parser) noteLlamaOrigin(msg string) {
 		if m := reOLlamaBuild.FindStringSubmatch(msg); m != nil && p.kind == KindLlamaCpp {
 			p.noteVersion("b" + m[1] + " (" + m[2] + ")")
 		}
-	case strings.HasPrefix(msg, "ggml_cuda_init:"):
+	case strings.Contains(msg, `"build info"`):
+		if m := reOLlamaJSONBld.FindStringSubmatch(msg); m != nil && p.kind == KindLlamaCpp && m[1] != "0" {
+			p.noteVersion("b" + m[1] + " (" + m[2] + ")")
+		}
+	case strings.HasPrefix(msg, "ggml_cuda_init:"), strings.HasPrefix(msg, "ggml_init_cublas:"):
 		p.noteDevice("cuda")
 	case strings.HasPrefix(msg, "ggml_metal_init:"):
 		p.noteDevice("metal")

@@ -241,7 +241,7 @@ func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 		worker = p.rules(at, line)
 	}
 	p.noteOrigin(line)
-	if why := p.refuse(); why != "" {
+	if why := p.refuse(at); why != "" {
 		p.rejected = why
 		p.hits = p.hits[:0]
 	}
@@ -309,9 +309,11 @@ func (p *Parser) rules(at time.Duration, line string) string {
 	return ""
 }
 
+// hasEngineStart: the line begins a start of the server (llama-server
+// prints its backends' device block first, before it loads).
 func (p *Parser) hasEngineStart() bool {
 	for _, h := range p.hits {
-		if h.op == opEngineStart {
+		if h.op == opEngineStart || p.kind == KindLlamaCpp && h.stage == trace.StageCUDAInit && h.op == opOpen {
 			return true
 		}
 	}

@@ -45,7 +45,7 @@ var ruleTexts = map[Kind][]string{
 		"model weights", "offloaded ", "started in", "starting llama server", "starting llama-server", "starting runner",
 		"waiting for llama runner",
 		// noteOrigin
-		"library=", " version=",
+		"library=", " version=", "(version ",
 	}, llamaTexts...),
 }
 
@@ -54,10 +54,10 @@ var llamaTexts = []string{
 	"  Device ", "HTTP server is listening", "] model loaded |", "all slots are idle", "ggml_cuda_init:", "ggml_metal_init:",
 	"ggml_vulkan", "graph splits", "initializing slots", "llama_context:", "llama_init_from_model:", "llama_kv_cache",
 	"llama_model_loader:", "llama_new_context_with_model:", "llm_load_", "load: ", "load_backend:", "load_model: loading model",
-	"load_tensors:", "main: loading model", "model loaded", "print_info:", "sched_reserve:", "server is listening on",
+	"load_tensors:", "main: loading model", "model loaded", "print_info:", "sched_reserve:", "server is listening on", `"message":"model loaded"`, `"msg":"model loaded"`, "ggml_init_cublas:",
 	"warming up the model",
 	// noteOrigin
-	"build: ", "using device ", "general.name", "Device ",
+	"build: ", "using device ", "general.name", "Device ", `"build info"`,
 }
 
 // prefilter is a kind's bit set of the first four bytes of its texts.

@@ -36,6 +36,9 @@ var (
 // startup complete"; warmup from there to "The server is fired up and
 // ready to roll!", which SGLang prints after its own warm-up request.
 func (p *Parser) sglang(at time.Duration, line string) string {
+	if strings.HasPrefix(line, "(") {
+		_, line = stripVLLMTags(line) // a Ray actor's "(SGLangWorker pid=N) "
+	}
 	msg, worker := line, ""
 	if sglangPrefix(line) {
 		if j := strings.IndexByte(line, ']'); j > 0 {

@@ -522,12 +522,15 @@ func (p *Parser) settle(at time.Duration) {
 
 // refuse checks the figures of this line's hits before they reach a span:
 // a number that is not finite (a 305-digit "KV buffer size" in MiB is
-// +Inf once in bytes) is refused with the reason, and the line changes
-// nothing.
-func (p *Parser) refuse() string {
+// +Inf once in bytes), or a duration longer than maxStated, is refused
+// with the reason, and the line changes nothing.
+func (p *Parser) refuse(at time.Duration) string {
 	for _, h := range p.hits {
 		if h.hasReported && !finite(h.reported) {
 			return fmt.Sprintf("%s: the stated duration is not a finite number", h.stage)
+		}
+		if h.hasReported && h.reported >= maxStated.Seconds() || h.hasStart && at-h.start >= maxStated {
+			return fmt.Sprintf("%s: a stated duration of %v or more, longer than any start", h.stage, maxStated)
 		}
 		for _, a := range []trace.Attrs{h.set, h.add, h.max} {
 			for k, v := range a {

@@ -20,7 +20,7 @@ const statedTolerance = 0.03
 // workers' figures' lines (reported_s − reported_min_s bounds nothing;
 // the union is checked against the largest figure only from below).
 // vLLM's "Model loading took" covers the weight upload, which is its own
-// span: model_load + decoder_tensor_upload is the figure.
+// span: model_load + decoder_tensor_upload is at most the figure.
 func checkStated(t *testing.T, spans []trace.Span) int {
 	t.Helper()
 	n := 0
@@ -50,9 +50,11 @@ func checkStated(t *testing.T, spans []trace.Span) int {
 			continue
 		}
 		if s.Name == trace.StageModelLoad && s.Source == "log:vllm" && s.Workers <= 1 {
+			// The figure covers both, and whatever vLLM did between the
+			// upload's end and its line (no stage: unattributed).
 			n++
-			if math.Abs(d+upload-rep) > statedTolerance*rep {
-				t.Errorf("model_load %.3fs + upload %.3fs, stated %.3fs (more than 3%% apart)", d, upload, rep)
+			if d+upload > rep*(1+statedTolerance) {
+				t.Errorf("model_load %.3fs + upload %.3fs exceed the stated %.3fs", d, upload, rep)
 			}
 		}
 	}

@@ -223,6 +223,9 @@ func loc(ref time.Time) *time.Location {
 }
 
 func sglangTime(line string, ref time.Time) (time.Time, bool) {
+	if strings.HasPrefix(line, "(") {
+		_, line = stripVLLMTags(line)
+	}
 	if !sglangPrefix(line) {
 		return time.Time{}, false
 	}
@@ -259,7 +262,24 @@ func ollamaTime(line string, ref time.Time) (time.Time, bool) {
 		t, err := time.ParseInLocation("2006/01/02 - 15:04:05", line[6:27], loc(ref))
 		return t, err == nil
 	}
+	if len(line) > 20 && line[4] == '/' && line[10] == ' ' {
+		return goLogTime(line, ref) // Ollama before slog (2023–24)
+	}
 	return time.Time{}, false
+}
+
+// goLogTime reads Go's log package "2006/01/02 15:04:05[.000]".
+func goLogTime(line string, ref time.Time) (time.Time, bool) {
+	m := reGoLog.FindStringSubmatch(line)
+	if m == nil {
+		return time.Time{}, false
+	}
+	layout := "2006/01/02 15:04:05"
+	if dot := strings.IndexByte(m[1], '.'); dot >= 0 {
+		layout += "." + strings.Repeat("0", len(m[1])-dot-1)
+	}
+	t, err := time.ParseInLocation(layout, m[1], loc(ref))
+	return t, err == nil
 }
 
 // llamaElapsed reads llama.cpp's "M.SS.mmm.uuu L " prefix (time since the
@@ -292,6 +312,19 @@ func llamaElapsed(line string) (time.Duration, string, bool) {
 	return d, line[sp+3:], true
 }
 
+// leadingDigits parses up to 12 digits at the start of s (Unix seconds).
+func leadingDigits(s string) (int64, string, bool) {
+	i := 0
+	for i < len(s) && i < 12 && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, s, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	return n, s[i:], err == nil
+}
+
 // llamaElapsedDigits are the widths of llama.cpp's elapsed-time fields:
 // at most 6 digits of minutes, then exactly 2, 3 and 3.
 var llamaElapsedDigits = [4]int{6, 2, 3, 3}
@@ -306,8 +339,16 @@ func llamaTime(line string, ref time.Time) (time.Time, bool) {
 	return unixStamp(line, ref)
 }
 
-// unixStamp reads the C++ runner's "timestamp=1731008127" (seconds).
+// unixStamp reads the C++ runner's "timestamp=1731008127" (seconds), or
+// the old llama.cpp server's JSON lines' "timestamp":1711089418.
 func unixStamp(line string, ref time.Time) (time.Time, bool) {
+	if strings.HasPrefix(line, "{") {
+		if i := strings.Index(line, `"timestamp":`); i >= 0 {
+			if n, _, ok := leadingDigits(line[i+len(`"timestamp":`):]); ok {
+				return time.Unix(n, 0).In(loc(ref)), true
+			}
+		}
+	}
 	if strings.Contains(line, "timestamp=") {
 		if m := reUnixStamp.FindStringSubmatch(line); m != nil {
 			s, err := strconv.ParseInt(m[1], 10, 64)
@@ -335,13 +376,8 @@ func treniTime(line string, ref time.Time) (time.Time, bool) {
 	if strings.HasPrefix(line, "time=") {
 		return ollamaTime(line, ref)
 	}
-	if m := reGoLog.FindStringSubmatch(line); m != nil {
-		layout := "2006/01/02 15:04:05"
-		if dot := strings.IndexByte(m[1], '.'); dot >= 0 {
-			layout += "." + strings.Repeat("0", len(m[1])-dot-1)
-		}
-		t, err := time.ParseInLocation(layout, m[1], loc(ref))
-		return t, err == nil
+	if t, ok := goLogTime(line, ref); ok {
+		return t, true
 	}
 	if len(line) >= 20 && line[4] == '-' && line[10] == 'T' {
 		return rfc3339In(line, 40)

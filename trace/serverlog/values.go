@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +48,11 @@ func seconds(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
+// atof reads a figure; one too large for a float64 comes back ±Inf, which
+// the parser refuses (refuse) instead of reading it as zero.
 func atof(s string) float64 {
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0
 	}
 	return f

@@ -18,6 +18,9 @@ const (
 	WrapKubectl    = "kubectl logs --prefix"   // "[pod/name/container] line"
 	WrapSyslog     = "journald/syslog"         // "May  1 10:00:00 host unit[pid]: line"
 	WrapJournalISO = "journalctl -o short-iso" // "2024-05-01T10:00:00+0000 host unit[pid]: line"
+	WrapDesktop    = "docker desktop"          // "2025-03-05 09:00:48 line" (local time)
+	WrapPython     = "python logging"          // "2025-03-07 23:50:27,531 - name - INFO - line"
+	WrapQuote      = "quoted (> )"             // "> line", as pasted into a reply
 )
 
 // Unwrapped is a log line without its collectors' prefixes.
@@ -32,6 +35,9 @@ type Unwrapped struct {
 	HasAt bool
 	// Host is the host a syslog prefix names.
 	Host string
+	// Unit is the name a prefix gives the program (a journald unit, a
+	// compose service, a kubectl container): a hint of the server's kind.
+	Unit string
 }
 
 // maxWrappers bounds how many nested prefixes are stripped from one line
@@ -51,6 +57,9 @@ func Unwrap(line string, ref time.Time) Unwrapped {
 		if name == "" {
 			break
 		}
+		if u.Unit == "" {
+			u.Unit = unitOf(name, u.Line, rest)
+		}
 		if u.Wrapper == "" {
 			u.Wrapper = name
 		}
@@ -65,12 +74,37 @@ func Unwrap(line string, ref time.Time) Unwrapped {
 	return u
 }
 
+// unitOf is the program name a stripped prefix carried.
+func unitOf(wrapper, line, rest string) string {
+	prefix := line[:len(line)-len(rest)]
+	switch wrapper {
+	case WrapCompose:
+		return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(prefix), "|"))
+	case WrapKubectl:
+		return strings.Trim(prefix, "[] ")
+	case WrapSyslog, WrapJournalISO:
+		f := strings.Fields(prefix)
+		if len(f) > 0 {
+			u := strings.TrimSuffix(f[len(f)-1], ":")
+			if b := strings.IndexByte(u, '['); b > 0 {
+				u = u[:b]
+			}
+			return u
+		}
+	}
+	return ""
+}
+
 // stripOne strips one prefix, if the line starts with one.
 func stripOne(l string, ref time.Time) (rest, name string, at time.Time, hasAt bool, host string) {
 	if l == "" {
 		return l, "", time.Time{}, false, ""
 	}
 	switch c := l[0]; {
+	case c == '>':
+		if strings.HasPrefix(l, "> ") {
+			return l[2:], WrapQuote, time.Time{}, false, ""
+		}
 	case c == '[':
 		if r, ok := stripKubectl(l); ok {
 			return r, WrapKubectl, time.Time{}, false, ""
@@ -81,6 +115,12 @@ func stripOne(l string, ref time.Time) (rest, name string, at time.Time, hasAt b
 		}
 		if r, t, h, ok := stripJournalISO(l); ok {
 			return r, WrapJournalISO, t, true, h
+		}
+		if r, t, ok := stripPythonLogging(l, ref); ok {
+			return r, WrapPython, t, true, ""
+		}
+		if r, t, ok := stripDesktop(l, ref); ok {
+			return r, WrapDesktop, t, true, ""
 		}
 	case c >= 'A' && c <= 'Z':
 		if r, t, h, ok := stripSyslog(l, ref); ok {
@@ -124,12 +164,12 @@ func isNameByte(c byte) bool {
 }
 
 // stripDockerTime cuts docker logs -t's "2024-05-01T10:00:00.123456789Z "
-// (RFC 3339 with nanoseconds, UTC or an offset, one space). A line whose
-// RFC 3339 stamp is followed by more spaces is a server's own (TGI pads its
-// level: "…Z  INFO"), and stays.
+// (RFC 3339 with nanoseconds, UTC or an offset, one space). A stamp
+// followed by a level word after more spaces is a server's own (TGI pads
+// its level: "…Z  INFO"), and stays.
 func stripDockerTime(l string) (string, time.Time, bool) {
 	s, e, ok := findRFC3339(l, 0)
-	if !ok || s != 0 || e >= len(l) || l[e] != ' ' || (e+1 < len(l) && l[e+1] == ' ') {
+	if !ok || s != 0 || e >= len(l) || l[e] != ' ' || ownLevelAfter(l[e:]) {
 		return l, time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, l[:e])
@@ -137,6 +177,70 @@ func stripDockerTime(l string) (string, time.Time, bool) {
 		return l, time.Time{}, false
 	}
 	return l[e+1:], t, true
+}
+
+// ownLevelAfter reports "  INFO …": spaces, then a tracing level word.
+func ownLevelAfter(s string) bool {
+	t := strings.TrimLeft(s, " ")
+	if len(s)-len(t) < 2 {
+		return false
+	}
+	for _, lvl := range []string{"TRACE ", "DEBUG ", "INFO ", "WARN ", "ERROR "} {
+		if strings.HasPrefix(t, lvl) {
+			return true
+		}
+	}
+	return false
+}
+
+// dateTimeAt reads "YYYY-MM-DD HH:MM:SS" at the start of l in ref's
+// location.
+func dateTimeAt(l string, ref time.Time) (time.Time, bool) {
+	if len(l) < 19 || l[4] != '-' || l[7] != '-' || l[10] != ' ' || l[13] != ':' || l[16] != ':' || !isDigits(l[:4]) {
+		return time.Time{}, false
+	}
+	t, err := time.ParseInLocation("2006-01-02 15:04:05", l[:19], loc(ref))
+	return t, err == nil
+}
+
+// stripDesktop cuts Docker Desktop's log view "2025-03-05 09:00:48 "
+// (local time, one space, then the line).
+func stripDesktop(l string, ref time.Time) (string, time.Time, bool) {
+	if len(l) < 21 || l[19] != ' ' {
+		return l, time.Time{}, false
+	}
+	t, ok := dateTimeAt(l, ref)
+	if !ok {
+		return l, time.Time{}, false
+	}
+	return l[20:], t, true
+}
+
+// stripPythonLogging cuts the prefix of a Python program that relays a
+// server's output through its own logger: "2025-03-07 23:50:27,531 -
+// name - INFO - ". A library's own asctime lines inside a server log
+// ("… ,969 - INFO - file.py:1 - msg") have no logger name and stay.
+func stripPythonLogging(l string, ref time.Time) (string, time.Time, bool) {
+	if len(l) < 32 || l[19] != ',' || !isDigits(l[20:23]) || !strings.HasPrefix(l[23:], " - ") {
+		return l, time.Time{}, false
+	}
+	t, ok := dateTimeAt(l, ref)
+	if !ok {
+		return l, time.Time{}, false
+	}
+	rest := l[26:]
+	sep := strings.Index(rest, " - ")
+	if sep <= 0 || sep > 64 || strings.ContainsRune(rest[:sep], ' ') {
+		return l, time.Time{}, false
+	}
+	rest = rest[sep+3:]
+	for _, lvl := range []string{"DEBUG - ", "INFO - ", "WARNING - ", "ERROR - ", "CRITICAL - "} {
+		if strings.HasPrefix(rest, lvl) {
+			ms := int(l[20]-'0')*100 + int(l[21]-'0')*10 + int(l[22]-'0')
+			return rest[len(lvl):], t.Add(time.Duration(ms) * time.Millisecond), true
+		}
+	}
+	return l, time.Time{}, false
 }
 
 // stripKubectl cuts kubectl logs --prefix's "[pod/name/container] ".
