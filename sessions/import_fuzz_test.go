@@ -89,7 +89,7 @@ func FuzzImport(f *testing.F) {
 func FuzzRecorderValues(f *testing.F) {
 	f.Add(math.Float64bits(math.Inf(1)), math.Float64bits(12.5), int64(5), int64(math.MaxInt64))
 	f.Add(math.Float64bits(math.NaN()), math.Float64bits(math.Inf(-1)), int64(-1), int64(math.MinInt64))
-	f.Add(math.Float64bits(1e308), math.Float64bits(-0.0), int64(0), int64(1))
+	f.Add(math.Float64bits(1e308), math.Float64bits(math.Copysign(0, -1)), int64(0), int64(1))
 	f.Fuzz(func(t *testing.T, a, b uint64, at, d int64) {
 		x, y := math.Float64frombits(a), math.Float64frombits(b)
 		path := filepath.Join(t.TempDir(), "s.jsonl")
