@@ -79,7 +79,7 @@ func Import(r io.Reader, opts ImportOptions) (*Session, error) {
 	// The first event is the first start, at the session's zero: the
 	// earliest stage's start once shifted.
 	for i := 1; i < im.shiftedOut; i++ {
-		shiftEvent(&evs[i], im.shift)
+		shiftEvent(&evs[i], im.late)
 	}
 	return &Session{Header: im.header(), Events: evs}, nil
 }
@@ -148,11 +148,14 @@ type importer struct {
 	spans           int
 	start           time.Time
 	hasStart        bool
-	shift           time.Duration
-	// shiftedOut is how many events were handed on before shift was
-	// known: they still need it (the first of them is the first start, at
-	// the session's zero, which stays).
-	shiftedOut int
+	// shift moves every event later so that a stage the server says began
+	// before the first line starts at zero. It is applied as events are
+	// queued; once events were handed on, a further move is late: it is
+	// applied to the queue at the end, and shiftedOut says how many events
+	// were handed on before it (the caller moves them, but the first, the
+	// first start at the session's zero).
+	shift, late time.Duration
+	shiftedOut  int
 }
 
 // runImport reads the log and hands every event to emit in offset order,
@@ -306,6 +309,14 @@ func (im *importer) spansOut(spans []trace.Span, runs []int) error {
 		if im.spans == 0 || sp.Start < im.minStart {
 			im.minStart, im.early = sp.Start, sp.Name
 		}
+		if need := -sp.Start - im.shift - im.late; need > 0 {
+			if im.q.count == 0 && im.late == 0 {
+				im.q.shift(need) // nothing went out yet: move the queue
+				im.shift += need
+			} else {
+				im.late += need
+			}
+		}
 		im.spans++
 		if err := im.emitEvent(trace.Event{At: max(sp.End, 0), Run: run, Kind: trace.KindStage, Stage: &sp}); err != nil {
 			return err
@@ -351,12 +362,11 @@ func (im *importer) finish() error {
 	if !im.detected && im.spans == 0 && im.stageLines == 0 && im.readyRun < 0 && im.headKind != im.kind {
 		return im.wrongKind()
 	}
-	if im.minStart < 0 {
-		im.shift = -im.minStart
+	if im.late > 0 {
 		// What is still queued moves now; what already went out is moved
 		// by the caller (im.q.count says how much).
 		im.shiftedOut = im.q.count
-		im.q.shift(im.shift)
+		im.q.shift(im.late)
 	}
 	return im.q.drain(im.emit)
 }
@@ -372,6 +382,9 @@ func (im *importer) wrongKind() error {
 
 // emitEvent queues one event; the queue hands events on in offset order.
 func (im *importer) emitEvent(e trace.Event) error {
+	if im.shift > 0 {
+		shiftEvent(&e, im.shift)
+	}
 	return im.q.push(e, im.emit)
 }
 
@@ -391,7 +404,8 @@ func (im *importer) header() Header {
 	default:
 		origin.Clock = fmt.Sprintf("the server's own timestamps, and the collector's (%s) on %d lines that carry none", im.wrapper, c.Wrapped)
 	}
-	h := NewImportHeader(im.opts.ToolVersion, im.start.Add(-im.shift), Target{Kind: TargetImport, ServerKind: string(im.kind), Model: o.Model, Device: o.Device}, origin)
+	shift := im.shift + im.late
+	h := NewImportHeader(im.opts.ToolVersion, im.start.Add(-shift), Target{Kind: TargetImport, ServerKind: string(im.kind), Model: o.Model, Device: o.Device}, origin)
 	if len(o.GPUs) > 0 {
 		h.Target.Device = o.GPUs[0]
 	}
@@ -413,8 +427,8 @@ func (im *importer) header() Header {
 	if im.rejected > 0 {
 		h.Notes["rejected_values"] = fmt.Sprintf("%d lines carry a figure that is not a finite number; each stays a plain line, with a %s marker", im.rejected, trace.MarkerValueRejected)
 	}
-	if im.shift > 0 {
-		h.Notes["start"] = fmt.Sprintf("the log begins mid-startup: by the server's own figure %s began %v before the first line; offsets start there", im.early, im.shift.Round(time.Millisecond))
+	if shift > 0 {
+		h.Notes["start"] = fmt.Sprintf("the log begins mid-startup: by the server's own figure %s began %v before the first line; offsets start there", im.early, shift.Round(time.Millisecond))
 	}
 	if im.run > 0 {
 		h.Notes["runs"] = fmt.Sprintf("the server starts %d times in this log: one run per start", im.run+1)

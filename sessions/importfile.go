@@ -2,11 +2,14 @@ package sessions
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,7 +98,7 @@ func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err 
 		if err != nil {
 			return nil, err
 		}
-		if err := copyBody(rec, body, im.shift, im.shiftedOut); err != nil {
+		if err := copyBody(rec, body, im.late, im.shiftedOut); err != nil {
 			return nil, err
 		}
 		if im.shiftedOut == 0 {
@@ -130,7 +133,7 @@ func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err 
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return nil, fmt.Errorf("import into %s: %w", out, err)
 	}
-	return dg.session(h, im.shift, im.shiftedOut), nil
+	return dg.session(h, im.late, im.shiftedOut), nil
 }
 
 // headerPlaceholder is the room kept for the header: spaces and a newline.
@@ -160,7 +163,9 @@ func writeHeaderInRoom(f *os.File, h Header) error {
 // copyBody copies the body's lines into the session after its header,
 // moving the offsets of the first n events later by shift (they were
 // written before a stage that began before the first line was found),
-// except the first (the first start, at the session's zero).
+// except the first (the first start, at the session's zero). The offsets
+// are rewritten in the line's text; a line of another shape is decoded
+// and encoded again.
 func copyBody(rec *Recorder, body io.Reader, shift time.Duration, n int) error {
 	if n == 0 {
 		if _, err := io.Copy(rec.w, body); err != nil {
@@ -168,18 +173,75 @@ func copyBody(rec *Recorder, body io.Reader, shift time.Duration, n int) error {
 		}
 		return nil
 	}
-	st := &Stream{br: bufio.NewReaderSize(body, 1<<20)}
-	var e trace.Event
-	for i := 0; st.Next(&e); i++ {
-		if i > 0 && i < n {
-			shiftEvent(&e, shift)
+	br := bufio.NewReaderSize(body, 1<<20)
+	var buf []byte
+	for i := 0; ; i++ {
+		line, complete, err := readLine(br)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read back the events: %w", err)
 		}
-		rec.le.write(rec.w, &e)
-		if rec.le.writeErr != nil {
-			return fmt.Errorf("write session %s: %w", rec.path, rec.le.writeErr)
+		if len(line) == 0 && !complete {
+			return nil
+		}
+		if i == 0 || i >= n {
+			buf = append(append(buf[:0], line...), '\n')
+		} else if buf = shiftLine(buf[:0], line, shift); buf == nil {
+			var e trace.Event
+			if err := json.Unmarshal(line, &e); err != nil {
+				return fmt.Errorf("read back event %d: %w", i, err)
+			}
+			shiftEvent(&e, shift)
+			rec.le.write(rec.w, &e)
+			if rec.le.writeErr != nil {
+				return fmt.Errorf("write session %s: %w", rec.path, rec.le.writeErr)
+			}
+			continue
+		}
+		if _, err := rec.w.Write(buf); err != nil {
+			return fmt.Errorf("write session %s: %w", rec.path, err)
+		}
+		if !complete {
+			return nil
 		}
 	}
-	return st.Err()
+}
+
+// shiftLine appends line with its offset (and a stage's start and end)
+// moved by d, rewriting the numbers where the encoder put them; nil when
+// the line is not of that shape.
+func shiftLine(dst, line []byte, d time.Duration) []byte {
+	const tKey = `{"t":`
+	if !bytes.HasPrefix(line, []byte(tKey)) {
+		return nil
+	}
+	t, rest, ok := leadingInt(line[len(tKey):])
+	if !ok {
+		return nil
+	}
+	dst = append(dst, tKey...)
+	dst = strconv.AppendInt(dst, t+int64(d), 10)
+	if _, kind, _, ok := lineHead(line); ok && kind == trace.KindStage {
+		// ,"stage":{"name":"…","start":N,"end":N
+		i := bytes.Index(rest, []byte(`,"start":`))
+		if i < 0 {
+			return nil
+		}
+		dst = append(dst, rest[:i+len(`,"start":`)]...)
+		start, after, ok := leadingInt(rest[i+len(`,"start":`):])
+		if !ok || !bytes.HasPrefix(after, []byte(`,"end":`)) {
+			return nil
+		}
+		end, tail, ok := leadingInt(after[len(`,"end":`):])
+		if !ok {
+			return nil
+		}
+		dst = strconv.AppendInt(dst, start+int64(d), 10)
+		dst = append(dst, `,"end":`...)
+		dst = strconv.AppendInt(dst, end+int64(d), 10)
+		rest = tail
+	}
+	dst = append(dst, rest...)
+	return append(dst, '\n')
 }
 
 // eventWriter encodes and writes events on a goroutine of its own, in

@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +163,33 @@ func FuzzUnwrap(f *testing.F) {
 		}
 		if u.Wrapper == "" && u.Line != line {
 			t.Fatalf("stripped %q without naming a wrapper", line)
+		}
+	})
+}
+
+// FuzzStageLine: the hand reading of a stage line agrees with the JSON
+// decoder whenever it reads one.
+func FuzzStageLine(f *testing.F) {
+	for _, s := range []string{
+		`{"treni_stage":"v1","stage":"kv_alloc","start_ns":5,"end_ns":9,"pid":12,"attrs":{"blocks":3,"mode":"staged","ok":true}}`,
+		`{"treni_stage":"v1","stage":"cuda_init","start_ns":-9223372036854775808,"end_ns":9223372036854775807}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":1,"end_ns":2,"attrs":{}}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":1,"end_ns":2,"attrs":{"a":1e400}}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":1,"end_ns":2,"attrs":{"a":"x,y"}}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		fast, ok := fastStageLine(line)
+		if !ok {
+			return
+		}
+		slow, err := trace.ParseStageLine(line)
+		if err != nil {
+			t.Fatalf("read by hand, refused by the decoder (%v): %q", err, line)
+		}
+		if fmt.Sprint(fast) != fmt.Sprint(slow) {
+			t.Fatalf("read differently:\n hand %+v\n json %+v", fast, slow)
 		}
 	})
 }

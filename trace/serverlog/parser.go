@@ -216,7 +216,7 @@ func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 	p.settle(at)
 	p.hits = p.hits[:0]
 	worker := ""
-	if sl, err := trace.ParseStageLine(line); err == nil {
+	if sl, err := parseStageLine(line); err == nil {
 		p.lastAt = at
 		settled := p.emit()
 		sp, ok := p.stageLine(at, sl)
