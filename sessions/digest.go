@@ -25,21 +25,18 @@ func OpenDigest(path string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Digest{Runs: len(metas.order)}
+	d := &Digest{Runs: len(metas.order), ColdTotals: metas.finish()}
 	detail := map[int]bool{}
-	for i, r := range metas.order {
-		if len(metas.order) <= maxDigestRuns || i < maxDigestRuns-1 || i == len(metas.order)-1 {
+	for _, r := range metas.order {
+		if metas.detailed(r) {
 			detail[r] = true
 		} else {
 			d.Omitted = append(d.Omitted, r)
 		}
-		if m := metas.byRun[r]; m.launched() {
-			d.ColdTotals = append(d.ColdTotals, m.coldEnd()-m.startAt())
-		}
 	}
 	windows := map[int]trace.Interval{}
-	for r, m := range metas.byRun {
-		windows[r] = m.window()
+	for r := range detail {
+		windows[r] = metas.byRun[r].window()
 	}
 	serverSample := []byte(`"sample":{"source":"` + trace.SourceServer + `"`)
 	// The first sample of each source in a run is kept wherever it lies:
@@ -134,15 +131,23 @@ type seqEvent struct {
 }
 
 func newDigestBuilder() *digestBuilder {
-	return &digestBuilder{metas: &runMetas{byRun: map[int]*runMeta{}}, tailRun: -1, lastKind: map[int]trace.Kind{}}
+	return &digestBuilder{metas: newRunMetas(), tailRun: -1, lastKind: map[int]trace.Kind{}}
 }
 
 func (d *digestBuilder) add(e *trace.Event) {
 	seq := d.n
 	d.n++
+	before := d.metas.maxRun
 	d.metas.add(e)
-	if m := d.metas.byRun[e.Run]; e.At >= m.lastAt {
+	if m := d.metas.byRun[e.Run]; m != nil && e.At >= m.lastAt {
 		d.lastKind[e.Run] = e.Kind
+	}
+	if d.metas.maxRun != before {
+		for r := range d.lastKind {
+			if d.metas.byRun[r] == nil {
+				delete(d.lastKind, r) // summarised: not detailed
+			}
+		}
 	}
 	if e.Kind == trace.KindLog {
 		d.logs++
@@ -162,8 +167,7 @@ func (d *digestBuilder) add(e *trace.Event) {
 // added before the shift of a log that begins mid-startup was known (the
 // first shifted of them) move later by shift, as the file's do.
 func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Session {
-	sort.Ints(d.metas.order)
-	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs}
+	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs, ColdTotals: d.metas.finish()}
 	last := -1
 	if n := len(d.metas.order); n > 0 {
 		last = d.metas.order[n-1]
@@ -173,6 +177,7 @@ func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Ses
 	if last >= maxDigestRuns-1 {
 		kept = append(kept, d.tail...)
 	}
+	sort.Ints(d.metas.order)
 	for _, se := range kept {
 		if se.seq > 0 && se.seq < shifted {
 			shiftEvent(&se.e, shift)
@@ -180,18 +185,14 @@ func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Ses
 		evs = append(evs, se.e)
 	}
 	for _, r := range d.metas.order {
-		m := d.metas.byRun[r]
-		if r >= maxDigestRuns-1 && r != last {
+		if !d.metas.detailed(r) {
 			dg.Omitted = append(dg.Omitted, r)
-		} else if d.lastKind[r] == trace.KindLog {
+		} else if m := d.metas.byRun[r]; d.lastKind[r] == trace.KindLog {
 			at := m.lastAt
 			if shifted > 0 && at < shift {
 				at += shift // a run that ended before the shift was known
 			}
 			evs = append(evs, trace.Event{At: at, Run: r, Kind: trace.KindMarker, Marker: &trace.Marker{Name: lastEventMarker}})
-		}
-		if m.launched() {
-			dg.ColdTotals = append(dg.ColdTotals, m.coldEnd()-m.startAt())
 		}
 	}
 	trace.SortEvents(evs)
@@ -217,6 +218,7 @@ func sampleSource(head []byte) (string, bool) {
 // compute its cold window exactly as Analyze does (launched, Start,
 // ColdEnd), and no more.
 type runMeta struct {
+	keep                            bool // one of the first runs: detailed
 	start, healthy, spanEnd, lastAt time.Duration
 	hasStart, hasSpans, hasReqs     bool
 	spanStart                       time.Duration
@@ -225,9 +227,22 @@ type runMeta struct {
 	cold map[string]trace.Request
 }
 
+// Its memory does not grow with the number of runs: a run's meta is kept
+// while the run may still take events (until a run two after it appears)
+// and for the first maxDigestRuns-1 runs, which a digest details; the
+// others leave their cold total behind.
 type runMetas struct {
-	byRun map[int]*runMeta
-	order []int
+	byRun  map[int]*runMeta
+	order  []int // every run, in the order it first appeared
+	seen   map[int]bool
+	first  int // how many runs are kept in detail
+	maxRun int
+	open   []int           // runs not kept in detail whose meta is still held
+	cold   []time.Duration // the cold totals of the runs that left
+}
+
+func newRunMetas() *runMetas {
+	return &runMetas{byRun: map[int]*runMeta{}, seen: map[int]bool{}, maxRun: -1}
 }
 
 // scanRunMetas is the digest's first pass.
@@ -237,7 +252,7 @@ func scanRunMetas(path string) (*runMetas, error) {
 		return nil, err
 	}
 	defer st.Close()
-	ms := &runMetas{byRun: map[int]*runMeta{}}
+	ms := newRunMetas()
 	var e trace.Event
 	for st.Next(&e) {
 		ms.add(&e)
@@ -245,7 +260,6 @@ func scanRunMetas(path string) (*runMetas, error) {
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("read session %s: %w", path, err)
 	}
-	sort.Ints(ms.order)
 	return ms, nil
 }
 
@@ -253,9 +267,31 @@ func scanRunMetas(path string) (*runMetas, error) {
 func (ms *runMetas) add(e *trace.Event) {
 	m := ms.byRun[e.Run]
 	if m == nil {
-		m = &runMeta{}
+		if ms.seen[e.Run] {
+			return // a late event of a run already summarised
+		}
+		m = &runMeta{keep: ms.first < maxDigestRuns-1}
+		if m.keep {
+			ms.first++
+		}
 		ms.byRun[e.Run] = m
+		ms.seen[e.Run] = true
 		ms.order = append(ms.order, e.Run)
+		if !m.keep {
+			ms.open = append(ms.open, e.Run)
+		}
+		if e.Run > ms.maxRun {
+			ms.maxRun = e.Run
+			keep := ms.open[:0]
+			for _, r := range ms.open {
+				if r < ms.maxRun-1 {
+					ms.leave(r, ms.byRun[r])
+				} else {
+					keep = append(keep, r)
+				}
+			}
+			ms.open = keep
+		}
 	}
 	if e.At > m.lastAt {
 		m.lastAt = e.At
@@ -291,6 +327,34 @@ func (ms *runMetas) add(e *trace.Event) {
 			m.cold[q.ID] = q
 		}
 	}
+}
+
+// detailed: run r is one of the first runs, or the last (call after
+// finish).
+func (ms *runMetas) detailed(r int) bool {
+	m := ms.byRun[r]
+	return m != nil && (m.keep || r == ms.maxRun)
+}
+
+// leave summarises run r: its cold total stays, its meta goes.
+func (ms *runMetas) leave(r int, m *runMeta) {
+	if m.launched() {
+		ms.cold = append(ms.cold, m.coldEnd()-m.startAt())
+	}
+	delete(ms.byRun, r)
+}
+
+// finish is every run's cold total (the runs still kept included), and
+// sorts the order of the runs.
+func (ms *runMetas) finish() []time.Duration {
+	out := append([]time.Duration(nil), ms.cold...)
+	for _, m := range ms.byRun {
+		if m.launched() {
+			out = append(out, m.coldEnd()-m.startAt())
+		}
+	}
+	sort.Ints(ms.order)
+	return out
 }
 
 // startAt is Run.Start: the launch, or the earliest span.

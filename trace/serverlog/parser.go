@@ -451,11 +451,6 @@ func (p *Parser) stageLine(at time.Duration, sl trace.StageLine) ([]trace.Span, 
 			return nil, false
 		}
 	}
-	g := &group{stage: sl.Stage, source: sp.Source, members: map[string]*member{"": {start: sp.Start, end: sp.End, endSet: true}},
-		order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: sp.End, line: ""}
-	for k, v := range sl.Attrs {
-		g.attrs[k] = v
-	}
 	if sl.Stage == trace.StageHTTPReady && !p.ready {
 		p.ready, p.readyAt = true, sp.End
 	}
@@ -464,8 +459,14 @@ func (p *Parser) stageLine(at time.Duration, sl trace.StageLine) ([]trace.Span, 
 	}
 	p.ended[sl.Stage] = p.ended[sl.Stage].add(sp.End, at)
 	if p.deferred {
-		p.out, p.outRun = append(p.out, g.span()), append(p.outRun, p.run)
+		// Final as it is read: handed out at once, never kept.
+		p.out, p.outRun = append(p.out, sp), append(p.outRun, p.run)
 		return nil, true
+	}
+	g := &group{stage: sl.Stage, source: sp.Source, members: map[string]*member{"": {start: sp.Start, end: sp.End, endSet: true}},
+		order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: sp.End, line: ""}
+	for k, v := range sl.Attrs {
+		g.attrs[k] = v
 	}
 	g.emitted, g.frozen, g.frozenStart = true, true, sp.Start
 	return []trace.Span{g.span()}, true
