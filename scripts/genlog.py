@@ -16,7 +16,7 @@ Nothing here is a real log: the fixtures under trace/serverlog/testdata are.
 import datetime as dt
 import sys
 
-START = dt.datetime(2026, 1, 5, 8, 0, 0)
+START = dt.datetime(2025, 6, 1, 8, 0, 0)
 
 
 def vllm_stamp(t):
@@ -213,20 +213,23 @@ def treni_lines(t, n, startup):
             st, s, s + 2_500_000, 1000 + n % 30000, 1_503_238_144 + i, 24.5 + i)
 
 
+# kind: (lines, chatter blocks after each start, seconds between starts).
+# The clock stays in the past for 1 GB of any kind: a stamp after the
+# log's file was written is refused.
 KINDS = {
-    "vllm": (vllm_lines, 400),
-    "sglang": (sglang_lines, 400),
-    "tgi": (tgi_lines, 400),
-    "llama.cpp": (llama_lines, 400),
-    "ollama": (ollama_lines, 400),
-    "treni": (treni_lines, 0),
+    "vllm": (vllm_lines, 400, 60),
+    "sglang": (sglang_lines, 400, 60),
+    "tgi": (tgi_lines, 400, 60),
+    "llama.cpp": (llama_lines, 400, 60),
+    "ollama": (ollama_lines, 400, 60),
+    "treni": (treni_lines, 0, 1),
 }
 
 
 def main():
     if len(sys.argv) != 4 or sys.argv[1] not in KINDS:
         sys.exit("usage: genlog.py {%s} MB OUT" % ",".join(KINDS))
-    gen, chatter = KINDS[sys.argv[1]]
+    gen, chatter, gap = KINDS[sys.argv[1]]
     limit = int(float(sys.argv[2]) * 1e6)
     t = START
     n = 0
@@ -234,11 +237,10 @@ def main():
     with open(sys.argv[3], "w", buffering=1 << 20) as f:
         while size < limit:
             block = list(gen(t, n, True))
-            t += dt.timedelta(seconds=60)
+            t += dt.timedelta(seconds=gap)
             for i in range(chatter):
                 block.extend(gen(t, n * chatter + i, False))
                 t += dt.timedelta(milliseconds=7)
-            t += dt.timedelta(seconds=5)
             text = "\n".join(block) + "\n"
             f.write(text)
             size += len(text.encode())

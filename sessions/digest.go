@@ -78,6 +78,7 @@ func OpenDigest(path string) (*Session, error) {
 	}
 	s := &Session{Path: path, Header: st.Header, Digest: d}
 	kept := map[int]bool{} // runs whose last event was kept
+	perRun := map[int]int{}
 	var e trace.Event
 	for st.Next(&e) {
 		m := metas.byRun[e.Run]
@@ -100,6 +101,11 @@ func OpenDigest(path string) (*Session, error) {
 			}
 		}
 		if !light {
+			if perRun[e.Run] >= maxDigestRunEvents {
+				d.Dropped++
+				continue
+			}
+			perRun[e.Run]++
 			s.Events = append(s.Events, e)
 		}
 	}
@@ -121,7 +127,9 @@ type digestBuilder struct {
 	tailRun  int
 	lastKind map[int]trace.Kind // the kind of each run's last event so far
 	logs     int
-	n        int // events added
+	n        int         // events added
+	perRun   map[int]int // events kept per run
+	dropped  int         // events beyond maxDigestRunEvents
 }
 
 // seqEvent is an event with its place in the stream.
@@ -131,7 +139,7 @@ type seqEvent struct {
 }
 
 func newDigestBuilder() *digestBuilder {
-	return &digestBuilder{metas: newRunMetas(), tailRun: -1, lastKind: map[int]trace.Kind{}}
+	return &digestBuilder{metas: newRunMetas(), tailRun: -1, lastKind: map[int]trace.Kind{}, perRun: map[int]int{}}
 }
 
 func (d *digestBuilder) add(e *trace.Event) {
@@ -153,11 +161,17 @@ func (d *digestBuilder) add(e *trace.Event) {
 		d.logs++
 		return
 	}
+	if d.perRun[e.Run] >= maxDigestRunEvents {
+		d.dropped++
+		return
+	}
+	d.perRun[e.Run]++
 	if e.Run < maxDigestRuns-1 {
 		d.kept = append(d.kept, seqEvent{*e, seq})
 		return
 	}
 	if e.Run != d.tailRun {
+		delete(d.perRun, d.tailRun)
 		d.tail, d.tailRun = d.tail[:0], e.Run
 	}
 	d.tail = append(d.tail, seqEvent{*e, seq})
@@ -167,7 +181,7 @@ func (d *digestBuilder) add(e *trace.Event) {
 // added before the shift of a log that begins mid-startup was known (the
 // first shifted of them) move later by shift, as the file's do.
 func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Session {
-	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs, ColdTotals: d.metas.finish()}
+	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs, ColdTotals: d.metas.finish(), Dropped: d.dropped}
 	last := -1
 	if n := len(d.metas.order); n > 0 {
 		last = d.metas.order[n-1]

@@ -48,6 +48,10 @@ var ErrNotLog = errors.New("not a text log")
 // maxImportLine bounds one log line (a JSON config dump can be long).
 const maxImportLine = 4 << 20
 
+// maxRejectMarkers bounds the value_rejected markers of one import: a log
+// of a million bad lines gets a count, not a million markers.
+const maxRejectMarkers = 1000
+
 // detectLines is how many lines --kind auto reads before it decides.
 const detectLines = 500
 
@@ -273,6 +277,9 @@ func (im *importer) line(l string) error {
 	im.runLast = at
 	if why := im.p.Rejected(); why != "" {
 		im.rejected++
+		if im.rejected > maxRejectMarkers {
+			goto marked // counted in the header's note, not marked again
+		}
 		text := l
 		if len(text) > 300 {
 			text = text[:300] + "…"
@@ -282,6 +289,7 @@ func (im *importer) line(l string) error {
 			return err
 		}
 	}
+marked:
 	if stage != "" {
 		im.stageLines++
 	}
@@ -425,7 +433,7 @@ func (im *importer) header() Header {
 		h.Notes["rejected_timestamps"] = fmt.Sprintf("%d lines carry an impossible timestamp (before 2000, or after the log was written), first: %q; they are placed as if they had none", c.Rejected, trimForNote(c.FirstRejected))
 	}
 	if im.rejected > 0 {
-		h.Notes["rejected_values"] = fmt.Sprintf("%d lines carry a figure that is not a finite number; each stays a plain line, with a %s marker", im.rejected, trace.MarkerValueRejected)
+		h.Notes["rejected_values"] = fmt.Sprintf("%d lines carry a figure that is not a finite number (or a stage line times far from its own); each stays a plain line, the first %d with a %s marker", im.rejected, min(im.rejected, maxRejectMarkers), trace.MarkerValueRejected)
 	}
 	if shift > 0 {
 		h.Notes["start"] = fmt.Sprintf("the log begins mid-startup: by the server's own figure %s began %v before the first line; offsets start there", im.early, shift.Round(time.Millisecond))

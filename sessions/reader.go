@@ -135,7 +135,14 @@ type Digest struct {
 	Runs       int             `json:"runs"`
 	Omitted    []int           `json:"omitted,omitempty"`
 	ColdTotals []time.Duration `json:"-"`
-	// LogLines and Samples count the events left out.
+	// LogLines and Samples count the events left out; Dropped the events
+	// beyond maxDigestRunEvents in one run.
 	LogLines int `json:"log_lines"`
 	Samples  int `json:"samples"`
+	Dropped  int `json:"dropped,omitempty"`
 }
+
+// maxDigestRunEvents bounds the events a digest keeps of one run (a
+// session of a few runs has thousands; a log whose every line made a
+// marker or a span without the server ever restarting has millions).
+const maxDigestRunEvents = 200_000

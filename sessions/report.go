@@ -32,6 +32,9 @@ type Report struct {
 	// Interrupted is the cause when a signal ended the live session early
 	// (trace.MarkerInterrupted).
 	Interrupted string `json:"interrupted,omitempty"`
+	// DroppedEvents counts events a digest did not keep (more than it
+	// keeps of one run).
+	DroppedEvents int `json:"dropped_events,omitempty"`
 }
 
 // RunReport is one cold run in a report. Times are milliseconds; stage
@@ -105,7 +108,7 @@ func BuildReport(s *Session) Report {
 	}
 	r.RunsTotal = len(runs)
 	if d := s.Digest; d != nil {
-		r.RunsTotal, r.RunsOmitted = d.Runs, d.Omitted
+		r.RunsTotal, r.RunsOmitted, r.DroppedEvents = d.Runs, d.Omitted, d.Dropped
 		if len(d.Omitted) > 0 {
 			cold = cold[:0]
 			for _, c := range d.ColdTotals {
@@ -248,6 +251,9 @@ func (r Report) Markdown() string {
 	if n := len(r.RunsOmitted); n > 0 {
 		fmt.Fprintf(&b, "- runs: %d in the session; %d are detailed below (the first %d and the last), the other %d only count in the cold-start summary\n",
 			r.RunsTotal, len(r.Runs), len(r.Runs)-1, n)
+	}
+	if r.DroppedEvents > 0 {
+		fmt.Fprintf(&b, "- note: %d events were not analysed (more than %d in one run)\n", r.DroppedEvents, maxDigestRunEvents)
 	}
 	if r.ColdTotals.N > 1 {
 		fmt.Fprintf(&b, "- cold start over %d runs: min %s, median %s, max %s\n", r.ColdTotals.N,
