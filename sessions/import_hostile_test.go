@@ -292,3 +292,26 @@ func TestReportStagesAfterWindow(t *testing.T) {
 		t.Errorf("report:\n%s", md)
 	}
 }
+
+// TestImportRejectedLinesBounded: a log with more refused lines than the
+// import marks gets maxRejectMarkers markers and a note counting them all.
+func TestImportRejectedLinesBounded(t *testing.T) {
+	t0 := time.Date(2026, 5, 9, 10, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	n := maxRejectMarkers + 500
+	for i := 0; i < n; i++ {
+		// Stage lines that end days after the log was written.
+		fmt.Fprintf(&b, "%s treni-top serve: ok\n", t0.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
+		fmt.Fprintf(&b, `{"treni_stage":"v1","stage":"warmup","start_ns":%d,"end_ns":%d}`+"\n", t0.UnixNano(), t0.Add(100*time.Hour).UnixNano())
+	}
+	s := mustImport(t, b.String(), ImportOptions{Kind: "treni", Ref: t0.Add(time.Hour)})
+	markers := 0
+	for _, e := range s.Events {
+		if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerValueRejected {
+			markers++
+		}
+	}
+	if markers != maxRejectMarkers || !strings.Contains(s.Header.Notes["rejected_values"], fmt.Sprintf("%d lines", n)) {
+		t.Errorf("%d markers, note %q", markers, s.Header.Notes["rejected_values"])
+	}
+}
