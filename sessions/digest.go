@@ -3,7 +3,6 @@ package sessions
 import (
 	"bytes"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
@@ -25,15 +24,14 @@ func OpenDigest(path string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Digest{Runs: len(metas.order), ColdTotals: metas.finish()}
+	d := &Digest{Runs: metas.count, ColdTotals: metas.finish()}
 	detail := map[int]bool{}
-	for _, r := range metas.order {
+	for r := range metas.byRun {
 		if metas.detailed(r) {
 			detail[r] = true
-		} else {
-			d.Omitted = append(d.Omitted, r)
 		}
 	}
+	d.Omitted = d.Runs - len(detail)
 	windows := map[int]trace.Interval{}
 	for r := range detail {
 		windows[r] = metas.byRun[r].window()
@@ -181,27 +179,26 @@ func (d *digestBuilder) add(e *trace.Event) {
 // added before the shift of a log that begins mid-startup was known (the
 // first shifted of them) move later by shift, as the file's do.
 func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Session {
-	dg := &Digest{Runs: len(d.metas.order), LogLines: d.logs, ColdTotals: d.metas.finish(), Dropped: d.dropped}
-	last := -1
-	if n := len(d.metas.order); n > 0 {
-		last = d.metas.order[n-1]
-	}
+	dg := &Digest{Runs: d.metas.count, LogLines: d.logs, ColdTotals: d.metas.finish(), Dropped: d.dropped}
+	last := d.metas.maxRun
 	var evs []trace.Event
 	kept := d.kept
 	if last >= maxDigestRuns-1 {
 		kept = append(kept, d.tail...)
 	}
-	sort.Ints(d.metas.order)
 	for _, se := range kept {
 		if se.seq > 0 && se.seq < shifted {
 			shiftEvent(&se.e, shift)
 		}
 		evs = append(evs, se.e)
 	}
-	for _, r := range d.metas.order {
+	detailed := 0
+	for r, m := range d.metas.byRun {
 		if !d.metas.detailed(r) {
-			dg.Omitted = append(dg.Omitted, r)
-		} else if m := d.metas.byRun[r]; d.lastKind[r] == trace.KindLog {
+			continue
+		}
+		detailed++
+		if d.lastKind[r] == trace.KindLog {
 			at := m.lastAt
 			if shifted > 0 && at < shift {
 				at += shift // a run that ended before the shift was known
@@ -209,6 +206,7 @@ func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Ses
 			evs = append(evs, trace.Event{At: at, Run: r, Kind: trace.KindMarker, Marker: &trace.Marker{Name: lastEventMarker}})
 		}
 	}
+	dg.Omitted = dg.Runs - detailed
 	trace.SortEvents(evs)
 	return &Session{Header: h, Events: evs, Digest: dg}
 }
@@ -247,8 +245,7 @@ type runMeta struct {
 // others leave their cold total behind.
 type runMetas struct {
 	byRun  map[int]*runMeta
-	order  []int // every run, in the order it first appeared
-	seen   map[int]bool
+	count  int // runs seen
 	first  int // how many runs are kept in detail
 	maxRun int
 	open   []int           // runs not kept in detail whose meta is still held
@@ -256,7 +253,7 @@ type runMetas struct {
 }
 
 func newRunMetas() *runMetas {
-	return &runMetas{byRun: map[int]*runMeta{}, seen: map[int]bool{}, maxRun: -1}
+	return &runMetas{byRun: map[int]*runMeta{}, maxRun: -1}
 }
 
 // scanRunMetas is the digest's first pass.
@@ -281,7 +278,7 @@ func scanRunMetas(path string) (*runMetas, error) {
 func (ms *runMetas) add(e *trace.Event) {
 	m := ms.byRun[e.Run]
 	if m == nil {
-		if ms.seen[e.Run] {
+		if ms.first >= maxDigestRuns-1 && e.Run < ms.maxRun-1 {
 			return // a late event of a run already summarised
 		}
 		m = &runMeta{keep: ms.first < maxDigestRuns-1}
@@ -289,8 +286,7 @@ func (ms *runMetas) add(e *trace.Event) {
 			ms.first++
 		}
 		ms.byRun[e.Run] = m
-		ms.seen[e.Run] = true
-		ms.order = append(ms.order, e.Run)
+		ms.count++
 		if !m.keep {
 			ms.open = append(ms.open, e.Run)
 		}
@@ -358,8 +354,7 @@ func (ms *runMetas) leave(r int, m *runMeta) {
 	delete(ms.byRun, r)
 }
 
-// finish is every run's cold total (the runs still kept included), and
-// sorts the order of the runs.
+// finish is every run's cold total (the runs still kept included).
 func (ms *runMetas) finish() []time.Duration {
 	out := append([]time.Duration(nil), ms.cold...)
 	for _, m := range ms.byRun {
@@ -367,7 +362,6 @@ func (ms *runMetas) finish() []time.Duration {
 			out = append(out, m.coldEnd()-m.startAt())
 		}
 	}
-	sort.Ints(ms.order)
 	return out
 }
 

@@ -128,12 +128,12 @@ const maxDigestRuns = 100
 
 // Digest says what OpenDigest left out of a session.
 type Digest struct {
-	// Runs is how many runs the file holds; Omitted lists the ones whose
+	// Runs is how many runs the file holds; Omitted counts the ones whose
 	// events were left out (beyond maxDigestRuns: all but the first ones
 	// and the last), and ColdTotals is every run's cold window, in run
 	// order, so that the omitted ones still count.
 	Runs       int             `json:"runs"`
-	Omitted    []int           `json:"omitted,omitempty"`
+	Omitted    int             `json:"omitted,omitempty"`
 	ColdTotals []time.Duration `json:"-"`
 	// LogLines and Samples count the events left out; Dropped the events
 	// beyond maxDigestRunEvents in one run.

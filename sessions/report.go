@@ -27,7 +27,7 @@ type Report struct {
 	// a digest left out of Runs (a log with many restarts); ColdTotals
 	// summarises every launched run's cold window, omitted ones included.
 	RunsTotal   int   `json:"runs_total"`
-	RunsOmitted []int `json:"runs_omitted,omitempty"`
+	RunsOmitted int   `json:"runs_omitted,omitempty"`
 	ColdTotals  Stats `json:"cold_total_ms"`
 	// Interrupted is the cause when a signal ended the live session early
 	// (trace.MarkerInterrupted).
@@ -109,7 +109,7 @@ func BuildReport(s *Session) Report {
 	r.RunsTotal = len(runs)
 	if d := s.Digest; d != nil {
 		r.RunsTotal, r.RunsOmitted, r.DroppedEvents = d.Runs, d.Omitted, d.Dropped
-		if len(d.Omitted) > 0 {
+		if d.Omitted > 0 {
 			cold = cold[:0]
 			for _, c := range d.ColdTotals {
 				cold = append(cold, stat.MS(c))
@@ -248,7 +248,7 @@ func (r Report) Markdown() string {
 	case r.Unfinished:
 		fmt.Fprintf(&b, "- **truncated**: the file has no clean end (its recorder did not close it: killed, out of disk, or crashed); the last events may be missing\n")
 	}
-	if n := len(r.RunsOmitted); n > 0 {
+	if n := r.RunsOmitted; n > 0 {
 		fmt.Fprintf(&b, "- runs: %d in the session; %d are detailed below (the first %d and the last), the other %d only count in the cold-start summary\n",
 			r.RunsTotal, len(r.Runs), len(r.Runs)-1, n)
 	}
