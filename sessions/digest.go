@@ -231,6 +231,7 @@ func sampleSource(head []byte) (string, bool) {
 // ColdEnd), and no more.
 type runMeta struct {
 	keep                            bool // one of the first runs: detailed
+	failed, spawned                 bool // a run_failed marker, a process start
 	start, healthy, spanEnd, lastAt time.Duration
 	hasStart, hasSpans, hasReqs     bool
 	spanStart                       time.Duration
@@ -320,6 +321,9 @@ func (ms *runMetas) add(e *trace.Event) {
 		if !m.hasStart || e.At < m.start {
 			m.start, m.hasStart = e.At, true
 		}
+		m.spawned = m.spawned || e.Kind == trace.KindProcess
+	case e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerRunFailed:
+		m.failed = true
 	case e.Kind == trace.KindMarker && e.Marker != nil && e.Marker.Name == trace.MarkerHealthy:
 		if m.healthy == 0 {
 			m.healthy = e.At
@@ -386,8 +390,12 @@ func (m *runMeta) coldRequest() (trace.Request, bool) {
 	return best, found
 }
 
-// launched is Analyze's launched.
+// launched is Analyze's launched (and its run that failed before
+// anything was measured).
 func (m *runMeta) launched() bool {
+	if m.failed && !m.spawned && !m.hasSpans && !m.hasReqs {
+		return false
+	}
 	if m.hasSpans {
 		return true
 	}
