@@ -58,6 +58,9 @@ type LineClock struct {
 
 	skew    time.Duration // own − collector
 	skewSet bool
+	// toOwn: the collector's stamps are moved onto the server's clock
+	// (theirs has no year), instead of the server's onto the collector's.
+	toOwn bool
 
 	// The last own stamp's text and reading: lines of one second share
 	// it, and reading it again is most of a line's cost.
@@ -114,14 +117,22 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 		c.prev = own
 		if u.HasAt && c.plausible(u.At) && !c.skewSet {
 			c.skew, c.skewSet = clockSkew(c.kind, own.Sub(u.At))
+			c.toOwn = u.YearLess && c.kind != KindVLLM && c.kind != KindLlamaCpp
 		}
-		t, how = own.Add(-c.skew), TimeOwn
+		t, how = own, TimeOwn
+		if !c.toOwn {
+			t = own.Add(-c.skew)
+		}
 	case u.HasAt:
-		if !c.plausible(u.At) {
+		at := u.At
+		if c.toOwn {
+			at = at.Add(c.skew)
+		}
+		if !c.plausible(at) {
 			how = TimeRejected
 			break
 		}
-		t, how = u.At, TimeWrapper
+		t, how = at, TimeWrapper
 	}
 	switch how {
 	case TimeOwn:

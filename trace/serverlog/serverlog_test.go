@@ -458,3 +458,24 @@ func TestFeedPlainLinesDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestLineClockYearLessCollector: journald's stamps have no year; a
+// server's own dated stamps keep theirs, and the collector's lines follow
+// them (an Ollama log of 2024 read in 2026 stays in 2024).
+func TestLineClockYearLessCollector(t *testing.T) {
+	ref := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	lines := []string{
+		"May 27 12:32:31 h ollama[1]: time=2024-05-27T12:32:31.486Z level=INFO source=images.go:729 msg=x",
+		"May 27 12:32:33 h ollama[1]: a line without its own stamp",
+	}
+	c := NewLineClock(KindOllama, ref)
+	var at []time.Duration
+	for _, l := range lines {
+		a, _ := c.Place(Unwrap(l, ref))
+		at = append(at, a)
+	}
+	start, _ := c.Start()
+	if start.Year() != 2024 || at[1] < 1500*time.Millisecond || at[1] > 1600*time.Millisecond {
+		t.Errorf("start %v, second line at %v", start, at[1])
+	}
+}

@@ -33,6 +33,10 @@ type Unwrapped struct {
 	// of the prefixes carried it.
 	At    time.Time
 	HasAt bool
+	// YearLess: At came from a stamp without a year (syslog's), placed
+	// near the reference time; a line's own dated stamp is then the better
+	// clock of the two.
+	YearLess bool
 	// Host is the host a syslog prefix names.
 	Host string
 	// Unit is the name a prefix gives the program (a journald unit, a
@@ -64,7 +68,7 @@ func Unwrap(line string, ref time.Time) Unwrapped {
 			u.Wrapper = name
 		}
 		if hasAt && !u.HasAt {
-			u.At, u.HasAt = at, true
+			u.At, u.HasAt, u.YearLess = at, true, name == WrapSyslog
 		}
 		if host != "" && u.Host == "" {
 			u.Host = host
