@@ -232,6 +232,7 @@ func sampleSource(head []byte) (string, bool) {
 type runMeta struct {
 	keep                            bool // one of the first runs: detailed
 	failed, spawned                 bool // a run_failed marker, a process start
+	hasEnd                          bool // spanEnd was set (a span other than a sleep)
 	start, healthy, spanEnd, lastAt time.Duration
 	hasStart, hasSpans, hasReqs     bool
 	spanStart                       time.Duration
@@ -312,8 +313,9 @@ func (ms *runMetas) add(e *trace.Event) {
 		if !m.hasSpans || e.Stage.Start < m.spanStart {
 			m.spanStart = e.Stage.Start
 		}
-		if !m.hasSpans || e.Stage.End > m.spanEnd {
-			m.spanEnd = e.Stage.End
+		// A sleep ends a run; it never extends its cold window (coldEnd).
+		if e.Stage.Name != trace.StageSleep && (!m.hasEnd || e.Stage.End > m.spanEnd) {
+			m.spanEnd, m.hasEnd = e.Stage.End, true
 		}
 		m.hasSpans = true
 	case e.Kind == trace.KindProcess && e.Process != nil && e.Process.Action == trace.ProcessStart,
@@ -415,7 +417,7 @@ func (m *runMeta) coldEnd() time.Duration {
 	}
 	start := m.startAt()
 	end := start
-	if m.hasSpans && m.spanEnd > end {
+	if m.hasEnd && m.spanEnd > end {
 		end = m.spanEnd
 	}
 	if end == start {

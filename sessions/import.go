@@ -143,7 +143,7 @@ type importer struct {
 
 	lines, rejected int
 	run             int
-	readyRun        int // the last run whose healthy marker went out
+	readyRun        int // the last server start (parser run) whose healthy marker went out
 	runLast         time.Duration
 	wrapper, host   string
 	minStart        time.Duration // the earliest span start (negative: before the first line)
@@ -160,6 +160,16 @@ type importer struct {
 	// first start at the session's zero).
 	shift, late time.Duration
 	shiftedOut  int
+
+	// Sleep and wake (vLLM's sleep mode): a weights_restore or kv_alloc
+	// span after a sleep span begins a run of its own at its start
+	// (docs/ARCHITECTURE.md, "Sleep and wake"). wakes counts them over the
+	// log; wakeStarts are this start's, wakeBase the wakes before it.
+	asleep     bool
+	wakes      int
+	wakeBase   int
+	wakeStarts []time.Duration
+	parserRun  int
 }
 
 // runImport reads the log and hands every event to emit in offset order,
@@ -263,14 +273,15 @@ func (im *importer) line(l string) error {
 	if err := im.spansOut(spans, im.p.LastRuns()); err != nil {
 		return err
 	}
-	if run := im.p.Run(); run != im.run {
+	if pr := im.p.Run(); pr != im.parserRun {
 		// The server started again: the previous start's clock and
 		// origin markers, then a new run.
 		if err := im.runEnd(); err != nil {
 			return err
 		}
-		im.run = run
-		if err := im.emitEvent(trace.Event{At: at, Run: run, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(im.kind)}}); err != nil {
+		im.parserRun, im.wakeBase, im.wakeStarts, im.asleep = pr, im.wakes, im.wakeStarts[:0], false
+		im.run = pr + im.wakes
+		if err := im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindProcess, Process: &trace.Process{Action: trace.ProcessStart, ServerKind: string(im.kind)}}); err != nil {
 			return err
 		}
 	}
@@ -293,8 +304,8 @@ marked:
 	if stage != "" {
 		im.stageLines++
 	}
-	if readyAt, ok := im.p.Ready(); ok && im.readyRun != im.run {
-		im.readyRun = im.run
+	if readyAt, ok := im.p.Ready(); ok && im.readyRun != im.parserRun {
+		im.readyRun = im.parserRun
 		if err := im.emitEvent(trace.Event{At: readyAt, Run: im.run, Kind: trace.KindMarker,
 			Marker: &trace.Marker{Name: trace.MarkerHealthy, Attrs: trace.Attrs{"source": "log"}}}); err != nil {
 			return err
@@ -310,10 +321,16 @@ marked:
 func (im *importer) spansOut(spans []trace.Span, runs []int) error {
 	for i := range spans {
 		sp := spans[i]
-		run := im.run
+		pr := im.parserRun
 		if i < len(runs) {
-			run = runs[i]
+			pr = runs[i]
 		}
+		if pr == im.parserRun {
+			if err := im.sleepWake(sp); err != nil {
+				return err
+			}
+		}
+		run := im.runOf(pr, sp.Start)
 		if im.spans == 0 || sp.Start < im.minStart {
 			im.minStart, im.early = sp.Start, sp.Name
 		}
@@ -333,16 +350,69 @@ func (im *importer) spansOut(spans []trace.Span, runs []int) error {
 	return nil
 }
 
+// runOf is the run of a span of the server's start pr that began at t
+// (the parser's offset): the start's own run, moved on by the wakes that
+// began before t.
+func (im *importer) runOf(pr int, t time.Duration) int {
+	if pr != im.parserRun {
+		return pr + im.wakeBase // the previous start's: no wake after it
+	}
+	n := 0
+	for _, w := range im.wakeStarts {
+		if w <= t {
+			n++
+		}
+	}
+	return pr + im.wakeBase + n
+}
+
+// sleepWake follows vLLM's sleep mode: a sleep span, then a wake's span
+// (weights_restore, or kv_alloc for the KV cache alone), begins a run at
+// the wake's start. The events already queued from that start on move to
+// it, and a run_start marker names the wake.
+func (im *importer) sleepWake(sp trace.Span) error {
+	switch sp.Name {
+	case trace.StageSleep:
+		im.asleep = true
+		return nil
+	case trace.StageWeightsRestore, trace.StageKVAlloc:
+		if !im.asleep {
+			return nil
+		}
+	default:
+		return nil
+	}
+	im.asleep = false
+	old := im.parserRun + im.wakes
+	im.wakes++
+	im.wakeStarts = append(im.wakeStarts, sp.Start)
+	run := im.parserRun + im.wakes
+	im.q.retag(old, run, sp.Start+im.shift)
+	// The run the wake ends keeps its clock and origin markers, at the
+	// wake's start.
+	if err := im.runEndAt(old, max(sp.Start, 0)); err != nil {
+		return err
+	}
+	if im.run == old {
+		im.run = run
+	}
+	return im.emitEvent(trace.Event{At: max(sp.Start, 0), Run: run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart,
+		Attrs: trace.Attrs{"run": float64(run), trace.AttrWake: float64(im.wakes - im.wakeBase), "source": "log"}}})
+}
+
 // runEnd emits the clock and origin markers of the run that ends, at its
 // last line: the diagnosis reads them per run.
-func (im *importer) runEnd() error {
+func (im *importer) runEnd() error { return im.runEndAt(im.run, im.runLast) }
+
+// runEndAt emits run's clock and origin markers at at.
+func (im *importer) runEndAt(run int, at time.Duration) error {
 	c := im.clock
 	attrs := trace.Attrs{"timed_lines": float64(c.Timed()), "lines": float64(im.lines), "wrapper_lines": float64(c.Wrapped),
 		"untimed_lines": float64(c.Untimed), "rejected_lines": float64(c.Rejected)}
 	if c.FirstRejected != "" {
 		attrs["first_rejected"] = c.FirstRejected
 	}
-	if err := im.emitEvent(trace.Event{At: im.runLast, Run: im.run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock, Attrs: attrs}}); err != nil {
+	if err := im.emitEvent(trace.Event{At: at, Run: run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock, Attrs: attrs}}); err != nil {
 		return err
 	}
 	o := im.p.Origin()
@@ -355,7 +425,7 @@ func (im *importer) runEnd() error {
 	if o.TP > 0 {
 		oa["tp"] = float64(o.TP)
 	}
-	return im.emitEvent(trace.Event{At: im.runLast, Run: im.run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogOrigin, Attrs: oa}})
+	return im.emitEvent(trace.Event{At: at, Run: run, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogOrigin, Attrs: oa}})
 }
 
 // finish flushes the parser and the queue and checks that the kind fit.
@@ -504,6 +574,26 @@ func (q *reorder) pop(emit func(*trace.Event) error) error {
 	q.last = e.At
 	q.count++
 	return emit(&e)
+}
+
+// retag moves the queued events of run from at on (a stage span by its
+// start) to run to.
+func (q *reorder) retag(from, to int, at time.Duration) {
+	move := func(e *trace.Event) {
+		t := e.At
+		if e.Kind == trace.KindStage && e.Stage != nil {
+			t = e.Stage.Start
+		}
+		if e.Run == from && t >= at {
+			e.Run = to
+		}
+	}
+	for i := q.head; i < len(q.fifo); i++ {
+		move(&q.fifo[i])
+	}
+	for i := range q.late {
+		move(&q.late[i].e)
+	}
 }
 
 // shift moves every queued event later by d, except the first start of

@@ -339,7 +339,14 @@ func TestImportDigestMatchesFile(t *testing.T) {
 			many.WriteString(l + "\n")
 		}
 	}
-	for name, data := range map[string][]byte{"one start": one, "many starts": many.Bytes()} {
+	wakes := []byte(strings.Join([]string{
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:00 [core.py:1] Initializing a V1 LLM engine (v0.11.0) with config: tensor_parallel_size=1",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:00:05 [default_loader.py:1] Loading weights took 2.00 seconds",
+		"(APIServer pid=2) INFO:     Application startup complete.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:00 [abstract.py:233] It took 0.500000 seconds to fall asleep.",
+		"(EngineCore_DP0 pid=7) INFO 11-29 05:01:10 [abstract.py:251] It took 1.000000 seconds to wake up tags {'weights', 'kv_cache'}.",
+	}, "\n"))
+	for name, data := range map[string][]byte{"one start": one, "many starts": many.Bytes(), "sleep and wake": wakes} {
 		dir := t.TempDir()
 		in := filepath.Join(dir, "server.log")
 		if err := os.WriteFile(in, data, 0o644); err != nil {

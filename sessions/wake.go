@@ -2,8 +2,6 @@ package sessions
 
 import (
 	"fmt"
-	"sort"
-	"time"
 
 	"github.com/treni-top/treni-top/trace"
 )
@@ -52,50 +50,4 @@ func (w *Wake) metricPrefix() string {
 		return ""
 	}
 	return fmt.Sprintf("wake_l%d/", w.Level)
-}
-
-// splitWakes gives each wake in an imported log a run of its own (sorted
-// events in, sorted events out): a weights_restore or kv_alloc span that
-// follows a sleep span (vLLM's "It took … to wake up") begins a run at its
-// start, with a run_start marker naming the wake; every event from then on
-// belongs to it, a stage span by its start. A log without sleep mode comes
-// back unchanged.
-func splitWakes(evs []trace.Event) []trace.Event {
-	var starts []time.Duration
-	asleep := false
-	var spans []*trace.Span
-	for _, e := range evs {
-		if e.Kind == trace.KindStage && e.Stage != nil {
-			spans = append(spans, e.Stage)
-		}
-	}
-	sort.SliceStable(spans, func(i, j int) bool { return spans[i].Start < spans[j].Start })
-	for _, sp := range spans {
-		switch sp.Name {
-		case trace.StageSleep:
-			asleep = true
-		case trace.StageWeightsRestore, trace.StageKVAlloc:
-			if asleep {
-				starts = append(starts, sp.Start)
-				asleep = false
-			}
-		}
-	}
-	if len(starts) == 0 {
-		return evs
-	}
-	runAt := func(t time.Duration) int { return sort.Search(len(starts), func(i int) bool { return starts[i] > t }) }
-	for i := range evs {
-		t := evs[i].At
-		if evs[i].Kind == trace.KindStage && evs[i].Stage != nil {
-			t = evs[i].Stage.Start
-		}
-		evs[i].Run = runAt(t)
-	}
-	for i, at := range starts {
-		evs = append(evs, trace.Event{At: at, Run: i + 1, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerRunStart,
-			Attrs: trace.Attrs{"run": i + 1, trace.AttrWake: i + 1, "source": "log"}}})
-	}
-	trace.SortEvents(evs)
-	return evs
 }

@@ -23,7 +23,7 @@ var ruleTexts = map[Kind][]string{
 		"Memory profiling takes", "Model loading took", "Overall time to stream", "Start compiling function",
 		"Starting to load model", "Starting vLLM API server", "Starting vLLM server on", "Time spent downloading weights",
 		"for vLLM's torch.compile", "in world size", "init engine (profile", "num_gpu_blocks is:", "torch.compile take",
-		"torch.compile took",
+		"torch.compile took", "Sleep mode freed", "seconds to fall asleep", "seconds to wake up",
 		// noteOrigin
 		"platform", "with config:", "API server version",
 	},
