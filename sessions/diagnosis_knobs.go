@@ -146,9 +146,13 @@ func targetOf(events []trace.Event, run Run, f RunFacts) target {
 	case EngineVLLM, EngineSGLang, EngineTGI:
 		// GPU servers, unless a live run found no NVIDIA GPU (a CPU or
 		// another vendor's build: which, the session does not say).
-		t.Device = DeviceGPU
-		if noGPU && !f.HaveGPU {
+		switch {
+		case f.Imported && f.LogDevice == "cpu":
+			t.Device = DeviceCPU // a CPU build, as the log states
+		case noGPU && !f.HaveGPU:
 			t.Device = DeviceUnknown
+		default:
+			t.Device = DeviceGPU
 		}
 	}
 	return t
