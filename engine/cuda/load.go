@@ -269,17 +269,11 @@ func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) e
 	// released after the load, off the way to a ready backend
 	// (releaseStaging), or by free on an error path.
 	b.staging = &stagingLeft{ring: ring}
-	var (
-		upDone       <-chan error
-		upEnd        time.Time
-		staged       stagedStats
-		inPlace      inPlaceStats
-		preMS, preGB float64 // the mappings populated ahead (prefault)
-	)
-	up := s.up
+	run := &uploadRun{st: st, up: s.up}
 	if ring != nil {
-		up.readers = up.ringReaders(ring.slots())
+		run.up.readers = run.up.ringReaders(ring.slots())
 	}
+	var upDone <-chan error
 	join := func() error {
 		if upDone == nil {
 			return nil
@@ -291,66 +285,15 @@ func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) e
 	defer join() // never leave the upload thread running on an error path
 	switch {
 	case len(jobs) == 0:
-		upEnd = time.Now()
+		run.end = time.Now()
 	case b.opts.Upload == UploadStaged && rr.err == nil && ring != nil:
-		chunks := planChunks(jobs, ring.slotBytes, os.Getpagesize())
-		st.chunks = len(chunks)
-		// Mappings populated ahead, if any, are adopted here: populating
-		// stops as the upload begins.
-		var preMaps fileMaps
-		if s.pre != nil {
-			var filled int64
-			var preErr error
-			preMaps, filled, preMS, preErr = s.pre.finish()
-			s.pre = nil
-			preGB = float64(filled) / 1e9
-			if preErr != nil {
-				inPlace.refused = preErr.Error()
-				up.inPlace = 0
-			}
-		}
-		upDone = contextThread(b.c, "upload thread", func() error {
-			// The back end waits until the ring is page-locked (runStaged).
-			q := newChunkQueue(len(chunks), up.readers > 0)
-			// Copiers that cannot map the files leave the readers every
-			// chunk; the stage says why (inplace_refused).
-			inDone := b.startInPlace(chunks, q, up.inPlace, max(1, up.unitMB<<20/ring.slotBytes), preMaps, &inPlace)
-			if inPlace.refused != "" {
-				up.readers = max(up.readers, 1)
-			}
-			// The ring's slots are page-locked one by one as they are
-			// first filled (cudaDMA.prepare), by the readers that fill
-			// them (or by the copy loop).
-			var err error
-			if up.readers > 0 {
-				var dma *cudaDMA
-				streams := 2 // the copy loop alternates between two
-				if up.ownCopies {
-					streams = up.readers // a stream a reader
-				}
-				if dma, err = newCudaDMA(b.c, ring, streams); err != nil {
-					q.close()
-					return errors.Join(err, inDone())
-				}
-				b.staging.dma = dma // build reads it only after join
-				feed := readerFeed{readers: up.readers, perReader: up.perReader, ownCopies: up.ownCopies,
-					thread: func(f func() error) <-chan error { return contextThread(b.c, "upload reader", f) }}
-				staged, err = runStaged(ctx, chunks, q, ring, feed, dma)
-				st.registered = dma.allRegistered()
-			} else {
-				st.registered = true
-			}
-			err = errors.Join(err, inDone())
-			upEnd = time.Now() // the last copy is done; teardown is not upload
-			st.registered = st.registered && inPlace.pageable == 0
-			return err
-		})
+		upDone = b.startStaged(ctx, s, ring, jobs, run)
 	default:
 		if rr.err != nil {
-			st.fallback = rr.err.Error()
+			run.st.fallback = rr.err.Error()
 		}
-		st.chunks, st.registered, err = b.copyRegistered(ctx, jobs)
-		upEnd = time.Now()
+		run.st.chunks, run.st.registered, err = b.copyRegistered(ctx, jobs)
+		run.end = time.Now()
 		if err != nil {
 			return err
 		}
@@ -361,7 +304,7 @@ func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) e
 	// While the weights travel: the host-converted weights, kernels,
 	// cuBLASLt, KV pool, warm-up.
 	overlapped := upDone != nil
-	err = finish(&st)
+	err = finish(&run.st)
 	if err == nil {
 		err = b.loadKernels(s, overlapped)
 	}
@@ -374,33 +317,120 @@ func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) e
 	if upErr := join(); upErr != nil || err != nil {
 		return errors.Join(err, upErr)
 	}
-	b.uploadSec = upEnd.Sub(t0).Seconds()
-	b.uploadBytes = st.bytes
+	b.uploadSec = run.end.Sub(t0).Seconds()
+	b.uploadBytes = run.st.bytes
+	b.stageSpan(trace.StageDecoderTensorUpload, t0, run.end, b.uploadAttrs(run, ring, rr.ms, s.prefetch))
+	// The upload streams are done; make that visible to the compute
+	// stream too.
+	return b.c.Synchronize()
+}
+
+// uploadRun is what build's weight upload did. A staged upload's thread
+// writes it (startStaged); build reads it only once that thread is
+// joined.
+type uploadRun struct {
+	st  uploadStats
+	up  uploadConfig // the staged upload's threads, as they ran
+	end time.Time    // the last copy done; teardown is not upload
+	// staged and inPlace are the readers' and the in-place copiers' stats.
+	staged  stagedStats
+	inPlace inPlaceStats
+	// preMS and preGB: the in-place copiers' mappings populated ahead
+	// (prefault).
+	preMS, preGB float64
+}
+
+// startStaged starts the staged upload of jobs through ring on a thread
+// of its own and returns its result: readers (and in-place copiers, if
+// configured) that take their chunks from one queue, the copy engine's
+// streams over the ring. It adopts the mappings Start populated ahead,
+// if any. It writes run as it goes.
+func (b *Backend) startStaged(ctx context.Context, s *Starter, ring *stagingRing, jobs []copyJob, run *uploadRun) <-chan error {
+	chunks := planChunks(jobs, ring.slotBytes, os.Getpagesize())
+	run.st.chunks = len(chunks)
+	// Mappings populated ahead, if any, are adopted here: populating
+	// stops as the upload begins.
+	var preMaps fileMaps
+	if s.pre != nil {
+		var filled int64
+		var preErr error
+		preMaps, filled, run.preMS, preErr = s.pre.finish()
+		s.pre = nil
+		run.preGB = float64(filled) / 1e9
+		if preErr != nil {
+			run.inPlace.refused = preErr.Error()
+			run.up.inPlace = 0
+		}
+	}
+	up := &run.up
+	return contextThread(b.c, "upload thread", func() error {
+		// The back end waits until the ring is page-locked (runStaged).
+		q := newChunkQueue(len(chunks), up.readers > 0)
+		// Copiers that cannot map the files leave the readers every
+		// chunk; the stage says why (inplace_refused).
+		inDone := b.startInPlace(chunks, q, up.inPlace, max(1, up.unitMB<<20/ring.slotBytes), preMaps, &run.inPlace)
+		if run.inPlace.refused != "" {
+			up.readers = max(up.readers, 1)
+		}
+		// The ring's slots are page-locked one by one as they are
+		// first filled (cudaDMA.prepare), by the readers that fill
+		// them (or by the copy loop).
+		var err error
+		if up.readers > 0 {
+			var dma *cudaDMA
+			streams := 2 // the copy loop alternates between two
+			if up.ownCopies {
+				streams = up.readers // a stream a reader
+			}
+			if dma, err = newCudaDMA(b.c, ring, streams); err != nil {
+				q.close()
+				return errors.Join(err, inDone())
+			}
+			b.staging.dma = dma // build reads it only after join
+			feed := readerFeed{readers: up.readers, perReader: up.perReader, ownCopies: up.ownCopies,
+				thread: func(f func() error) <-chan error { return contextThread(b.c, "upload reader", f) }}
+			run.staged, err = runStaged(ctx, chunks, q, ring, feed, dma)
+			run.st.registered = dma.allRegistered()
+		} else {
+			run.st.registered = true
+		}
+		err = errors.Join(err, inDone())
+		run.end = time.Now() // the last copy is done; teardown is not upload
+		run.st.registered = run.st.registered && run.inPlace.pageable == 0
+		return err
+	})
+}
+
+// uploadAttrs are the decoder_tensor_upload stage's attributes: what was
+// copied and how fast, and for a staged upload its ring, readers and
+// copiers and, after waiting for it, the cold prefetch.
+func (b *Backend) uploadAttrs(run *uploadRun, ring *stagingRing, ringMS float64, prefetch *coldPrefetch) trace.Attrs {
+	st, up := run.st, run.up
 	attrs := trace.Attrs{
 		"bytes": st.bytes, "gb_per_s": float64(st.bytes) / max(b.uploadSec, 1e-9) / 1e9, "tensors": st.tensors,
 		"chunks": st.chunks, "registered": st.registered, "converted_bytes": st.converted, "streams": 2, "mode": b.opts.Upload,
 	}
 	if b.opts.Upload == UploadStaged && ring != nil {
-		attrs["read_bytes"] = staged.readBytes
+		attrs["read_bytes"] = run.staged.readBytes
 		attrs["readers"] = up.readers
 		attrs["staging_bytes"] = len(ring.mem)
-		attrs["staging_alloc_ms"] = rr.ms
+		attrs["staging_alloc_ms"] = ringMS
 		attrs["slot_mb"] = ring.slotBytes >> 20
 		attrs["copies_by"] = map[bool]string{true: "readers", false: "copy loop"}[up.ownCopies]
 		if d := b.staging.dma; d != nil {
 			attrs["streams"] = len(d.streams)
 		}
-		for k, v := range staged.attrs() {
+		for k, v := range run.staged.attrs() {
 			attrs[k] = v
 		}
-		for k, v := range inPlace.attrs(up.inPlace, up.unitMB) {
+		for k, v := range run.inPlace.attrs(up.inPlace, up.unitMB) {
 			attrs[k] = v
 		}
-		if preMS > 0 {
-			attrs["inplace_populated_gb"], attrs["inplace_populate_ms"] = preGB, preMS
+		if run.preMS > 0 {
+			attrs["inplace_populated_gb"], attrs["inplace_populate_ms"] = run.preGB, run.preMS
 		}
-		if s.prefetch != nil {
-			n, ms := s.prefetch.wait()
+		if prefetch != nil {
+			n, ms := prefetch.wait()
 			attrs["cold_prefetch_mb"], attrs["cold_prefetch_ms"] = n>>20, ms
 		}
 	}
@@ -408,10 +438,7 @@ func (b *Backend) build(ctx context.Context, ck *model.Checkpoint, s *Starter) e
 		attrs["mode"] = UploadMapped
 		attrs["fallback"] = st.fallback
 	}
-	b.stageSpan(trace.StageDecoderTensorUpload, t0, upEnd, attrs)
-	// The upload streams are done; make that visible to the compute
-	// stream too.
-	return b.c.Synchronize()
+	return attrs
 }
 
 // loadKernels is the kernel_load stage: the fatbin's module and a cuBLASLt
