@@ -147,16 +147,7 @@ func Run(ctx context.Context, o Options) error {
 	if mainStart.IsZero() {
 		mainStart = runStart
 	}
-	procStart := mainStart // for /metrics when /proc says nothing
-	if ps, err := ProcessStart(); err != nil {
-		em.log.Printf("process_start not reported: %v", err)
-	} else {
-		if ps.After(mainStart) {
-			ps = mainStart // tick rounding never puts exec after main
-		}
-		em.stage(trace.StageProcessStart, ps, mainStart, trace.Attrs{"source": "/proc/self/stat starttime"})
-		procStart = ps
-	}
+	procStart := reportProcessStart(em, mainStart)
 
 	// runtime_init: flags (parsed by the caller since MainStart) and options.
 	if err := o.normalize(em.log); err != nil {
@@ -169,29 +160,114 @@ func Run(ctx context.Context, o Options) error {
 	}
 	em.stage(trace.StageRuntimeInit, mainStart, initEnd, initAttrs)
 
-	// The CUDA backend's driver and context come up (cuda_init) while the
-	// checkpoint and tokenizer load: Start returns at once and fails fast
-	// only where there is no driver at all.
-	var starter *cuda.Starter
-	if o.Device != "cpu" {
-		st, err := cuda.Start(cuda.BackendOptions{Upload: cudaUpload(o.Load), Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
-		switch {
-		case err == nil:
-			starter = st
-			defer func() {
-				if starter != nil {
-					starter.Abort() // Load never ran: release what Start began
-				}
-			}()
-		case o.Device == "cuda":
-			return fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
-		default:
-			em.log.Print(cpuFallbackNote(err))
+	starter, err := startCUDA(o, em)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if starter != nil {
+			starter.Abort() // Load never ran: release what Start began
 		}
+	}()
+	ld, err := loadModel(ctx, o, em, initEnd, starter == nil)
+	if err != nil {
+		return err
+	}
+	ck := ld.ck
+	defer ck.Close()
+
+	cfg := ck.Config
+	maxSeq, err := contextLength(cfg.MaxPositionEmbeddings, o.MaxSeqLen)
+	if err != nil {
+		return err
 	}
 
-	// The checkpoint (index, then page cache) and the tokenizer are
-	// independent: load them side by side.
+	// kv_alloc: the backend's KV pool (and the optional touched pool).
+	kvStart := ld.end
+	blocks := kvBlocks(o, cfg, maxSeq)
+	if maxSeq, err = fitContext(maxSeq, o.MaxSeqLen > 0, blocks, o.BlockSize, em.log); err != nil {
+		return err
+	}
+	be, err := newBackend(ctx, ck, o, blocks, em, starter, ld.resident < 0.5)
+	starter = nil // Load consumed it, whatever its outcome
+	if err != nil {
+		if ctx.Err() != nil {
+			return stoppedLoading(ctx, o.ModelDir)
+		}
+		return err
+	}
+	defer be.Close()
+	if be.Name() != "cpu" {
+		// The weights live on the device now: drop the mapping. A device
+		// backend reported its own stages (cuda_init, kernel_load,
+		// decoder_tensor_upload and its kv_alloc); serve's kv_alloc covers
+		// only what follows.
+		ck.Close()
+		kvStart = time.Now()
+	}
+	s, touched, hStart, err := startScheduler(ctx, o, em, be, kvStart, blocks, maxSeq)
+	if err != nil {
+		return err
+	}
+	err = serveUntilDone(ctx, o, em, s, ld.tok, be, procStart, hStart, blocks, maxSeq)
+	runtime.KeepAlive(touched)
+	return err
+}
+
+// reportProcessStart reports the process_start stage, from the process's exec
+// (per /proc) to mainStart, and returns its start: mainStart where /proc
+// says nothing (for /metrics).
+func reportProcessStart(em *emitter, mainStart time.Time) time.Time {
+	ps, err := ProcessStart()
+	if err != nil {
+		em.log.Printf("process_start not reported: %v", err)
+		return mainStart
+	}
+	if ps.After(mainStart) {
+		ps = mainStart // tick rounding never puts exec after main
+	}
+	em.stage(trace.StageProcessStart, ps, mainStart, trace.Attrs{"source": "/proc/self/stat starttime"})
+	return ps
+}
+
+// startCUDA starts the CUDA backend's driver and context (cuda_init),
+// which come up while the checkpoint and tokenizer load: cuda.Start
+// returns at once and fails fast only where there is no driver at all.
+// It returns nil on --device cpu, and with --device auto where CUDA
+// cannot start (saying so in the log); the caller Aborts a starter that
+// Load never consumes.
+func startCUDA(o Options, em *emitter) (*cuda.Starter, error) {
+	if o.Device == "cpu" {
+		return nil, nil
+	}
+	st, err := cuda.Start(cuda.BackendOptions{Upload: cudaUpload(o.Load), Stage: func(r cuda.StageRecord) { em.stage(r.Stage, r.Start, r.End, r.Attrs) }})
+	switch {
+	case err == nil:
+		return st, nil
+	case o.Device == "cuda":
+		return nil, fmt.Errorf("--device cuda: %w (run `treni-top doctor` to see what is missing, or use --device cpu)", err)
+	default:
+		em.log.Print(cpuFallbackNote(err))
+		return nil, nil
+	}
+}
+
+// loaded is the checkpoint and tokenizer that loadModel loaded.
+type loaded struct {
+	ck  *model.Checkpoint
+	tok *tokenizer.Tokenizer
+	// end is when the later of the two finished: kv_alloc starts there.
+	end time.Time
+	// resident is the fraction of the weights in the page cache before
+	// loading (loadCheckpoint).
+	resident float64
+}
+
+// loadModel loads the checkpoint (index, then page cache; loadCheckpoint
+// with onHost) and the tokenizer side by side, from start, each
+// reporting its stages. If either fails it stops the other and returns
+// both errors, or stoppedLoading's when ctx ended.
+func loadModel(ctx context.Context, o Options, em *emitter, start time.Time, onHost bool) (loaded, error) {
 	var (
 		wg      sync.WaitGroup
 		tok     *tokenizer.Tokenizer
@@ -208,7 +284,6 @@ func Run(ctx context.Context, o Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		start := initEnd
 		t, st, err := tokenizer.LoadWith(o.ModelDir, tokenizer.LoadOptions{CacheDir: o.TokenizerCacheDir})
 		if err != nil {
 			tokErr = fmt.Errorf("load the tokenizer of %s: %w", o.ModelDir, err)
@@ -227,30 +302,28 @@ func Run(ctx context.Context, o Options) error {
 	// The CUDA backend reads the weight files itself (staged upload): the
 	// page_cache stage then only measures residency, and storage reads, if
 	// any, happen inside decoder_tensor_upload.
-	ck, loadEnd, resident, err := loadCheckpoint(loadCtx, o, em, initEnd, starter == nil)
+	ck, loadEnd, resident, err := loadCheckpoint(loadCtx, o, em, start, onHost)
 	wg.Wait()
 	if err != nil || tokErr != nil {
 		if ck != nil {
 			ck.Close()
 		}
 		if ctx.Err() != nil {
-			return stoppedLoading(ctx, o.ModelDir)
+			return loaded{}, stoppedLoading(ctx, o.ModelDir)
 		}
-		return errors.Join(err, tokErr)
+		return loaded{}, errors.Join(err, tokErr)
 	}
-	defer ck.Close()
+	end := loadEnd
+	if tokEnd.After(end) {
+		end = tokEnd
+	}
+	return loaded{ck: ck, tok: tok, end: end, resident: resident}, nil
+}
 
-	cfg := ck.Config
-	maxSeq, err := contextLength(cfg.MaxPositionEmbeddings, o.MaxSeqLen)
-	if err != nil {
-		return err
-	}
-
-	// kv_alloc: the backend's KV pool (and the optional touched pool).
-	kvStart := loadEnd
-	if tokEnd.After(kvStart) {
-		kvStart = tokEnd
-	}
+// kvBlocks is the KV pool's size in blocks: o.KVBlocks, or o.KVBytes
+// worth, or by default room for MaxBatch sequences of 2048 positions or
+// one full context, whichever is larger.
+func kvBlocks(o Options, cfg model.Config, maxSeq int) int {
 	blocks := o.KVBlocks
 	perPos := kvBytesPerPosition(cfg)
 	if blocks <= 0 && o.KVBytes > 0 {
@@ -259,34 +332,24 @@ func Run(ctx context.Context, o Options) error {
 	if blocks <= 0 {
 		blocks = max(o.MaxBatch*2048, maxSeq) / o.BlockSize
 	}
-	if maxSeq, err = fitContext(maxSeq, o.MaxSeqLen > 0, blocks, o.BlockSize, em.log); err != nil {
-		return err
-	}
-	be, err := newBackend(ctx, ck, o, blocks, em, starter, resident < 0.5)
-	starter = nil // Load consumed it, whatever its outcome
-	if err != nil {
-		if ctx.Err() != nil {
-			return stoppedLoading(ctx, o.ModelDir)
-		}
-		return err
-	}
-	defer be.Close()
-	if be.Name() != "cpu" {
-		// The weights live on the device now: drop the mapping. A device
-		// backend reported its own stages (cuda_init, kernel_load,
-		// decoder_tensor_upload and its kv_alloc); serve's kv_alloc covers
-		// only what follows.
-		ck.Close()
-		kvStart = time.Now()
-	}
+	return blocks
+}
+
+// startScheduler ends kv_alloc, begun at kvStart: it touches the
+// optional pool (--kv-touch-gib) and creates the scheduler over be. Then
+// it runs the warmup stage's passes, if any. It returns the scheduler,
+// the touched pool (to be kept alive while serving) and the end of the
+// last stage, where http_ready begins.
+func startScheduler(ctx context.Context, o Options, em *emitter, be backend, kvStart time.Time, blocks, maxSeq int) (*sched.Scheduler, []byte, time.Time, error) {
 	var touched []byte
 	if o.KVTouchGiB > 0 {
 		// Again now that the weights take their share of the memory.
 		if err := checkTouch(o.KVTouchGiB, "/"); err != nil {
-			return err
+			return nil, nil, time.Time{}, err
 		}
+		var err error
 		if touched, err = touchPool(ctx, o.KVTouchGiB); err != nil {
-			return stoppedLoading(ctx, o.ModelDir)
+			return nil, nil, time.Time{}, stoppedLoading(ctx, o.ModelDir)
 		}
 	}
 	if o.MaxBatchedTokens == 0 {
@@ -294,7 +357,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	s, err := sched.New(be, sched.Config{MaxBatch: o.MaxBatch, MaxBatchedTokens: o.MaxBatchedTokens, MaxSeqLen: maxSeq, NoPrefixCache: o.NoPrefixCache})
 	if err != nil {
-		return fmt.Errorf("create the scheduler: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("create the scheduler: %w", err)
 	}
 	kvEnd := time.Now()
 	// backend names the device that serves (cpu or cuda): with --device
@@ -309,25 +372,22 @@ func Run(ctx context.Context, o Options) error {
 	if o.WarmupPasses > 0 {
 		tokens, err := warmup(ctx, be, s, o.WarmupPasses, maxSeq)
 		if err != nil {
-			return fmt.Errorf("warm-up forward pass: %w", err)
+			return nil, nil, time.Time{}, fmt.Errorf("warm-up forward pass: %w", err)
 		}
 		wEnd := time.Now()
 		em.stage(trace.StageWarmup, kvEnd, wEnd, trace.Attrs{"passes": o.WarmupPasses, "tokens": tokens})
 		hStart = wEnd
 	}
+	return s, touched, hStart, nil
+}
 
+// serveUntilDone runs the scheduler and the HTTP server until ctx ends or
+// the server fails: http_ready from hStart to our own /health answering,
+// then the background warm-up, the log lines and o.Ready; at the end the
+// scheduler stops first, then the server shuts down.
+func serveUntilDone(ctx context.Context, o Options, em *emitter, s *sched.Scheduler, tok *tokenizer.Tokenizer, be backend, procStart, hStart time.Time, blocks, maxSeq int) error {
 	// http_ready: listener start → our own /health answers.
-	sopt := server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
-		BodyTimeout: o.BodyTimeout, MaxConnections: o.MaxConnections,
-		FirstRequest: func(arrived, first time.Time, promptTokens int) {
-			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
-		}}
-	if o.EnableSleepMode {
-		// Each sleep and each wake reports its parts as stage lines, as
-		// the cold start does (docs/ARCHITECTURE.md, "Sleep and wake").
-		sopt.Sleep = &server.SleepOptions{WakeOnRequest: o.WakeOnRequest, Phase: func(p sched.Phase) { em.stage(p.Stage, p.Start, p.End, p.Attrs) }}
-	}
-	srv, err := server.New(s, tok, sopt)
+	srv, err := server.New(s, tok, serverOptions(o, em, procStart))
 	if err != nil {
 		return err
 	}
@@ -387,12 +447,27 @@ func Run(ctx context.Context, o Options) error {
 	if serveErr == nil {
 		serveErr = <-serveDone
 	}
-	runtime.KeepAlive(touched)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server on %s failed: %w", addr, serveErr)
 	}
 	em.log.Printf("stopped")
 	return nil
+}
+
+// serverOptions are the HTTP server's options for o: first_request and,
+// with sleep mode, each sleep's and wake's parts reported as stage lines.
+func serverOptions(o Options, em *emitter, procStart time.Time) server.Options {
+	sopt := server.Options{ModelID: o.ModelID, APIKey: o.APIKey, Log: em.log, ProcessStart: procStart,
+		BodyTimeout: o.BodyTimeout, MaxConnections: o.MaxConnections,
+		FirstRequest: func(arrived, first time.Time, promptTokens int) {
+			em.stage(trace.StageFirstRequest, arrived, first, trace.Attrs{"prompt_tokens": promptTokens})
+		}}
+	if o.EnableSleepMode {
+		// Each sleep and each wake reports its parts as stage lines, as
+		// the cold start does (docs/ARCHITECTURE.md, "Sleep and wake").
+		sopt.Sleep = &server.SleepOptions{WakeOnRequest: o.WakeOnRequest, Phase: func(p sched.Phase) { em.stage(p.Stage, p.Start, p.End, p.Attrs) }}
+	}
+	return sopt
 }
 
 // normalize fills defaults and rejects unusable options.
