@@ -147,54 +147,69 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %q (this engine runs Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM)", ErrUnknownArch, r.Architectures[0])
 	}
 	c.Arch = arch
+	// Part by part: a config with several faults is refused for the
+	// first one found.
+	for _, read := range []func(*rawConfig) error{c.readShape, c.readNormAndRope, c.readFeatures, c.readTokens} {
+		if err := read(&r); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, nil
+}
 
-	req := func(name string, p *int) (int, error) {
-		if p == nil {
-			return 0, fmt.Errorf("%w: %q is missing", ErrBadConfig, name)
-		}
-		if *p <= 0 {
-			return 0, fmt.Errorf("%w: %q is %d, want > 0", ErrBadConfig, name, *p)
-		}
-		return *p, nil
+// positive is the value of the required key name, which must be > 0.
+func positive(name string, p *int) (int, error) {
+	if p == nil {
+		return 0, fmt.Errorf("%w: %q is missing", ErrBadConfig, name)
 	}
+	if *p <= 0 {
+		return 0, fmt.Errorf("%w: %q is %d, want > 0", ErrBadConfig, name, *p)
+	}
+	return *p, nil
+}
+
+// readShape reads the model's sizes: the required ones, the key/value
+// heads and head_dim with transformers' defaults, and the context
+// length, refusing sizes no real model has.
+func (c *Config) readShape(r *rawConfig) error {
 	var err error
-	if c.HiddenSize, err = req("hidden_size", r.HiddenSize); err != nil {
-		return Config{}, err
+	if c.HiddenSize, err = positive("hidden_size", r.HiddenSize); err != nil {
+		return err
 	}
-	if c.IntermediateSize, err = req("intermediate_size", r.IntermediateSize); err != nil {
-		return Config{}, err
+	if c.IntermediateSize, err = positive("intermediate_size", r.IntermediateSize); err != nil {
+		return err
 	}
-	if c.NumLayers, err = req("num_hidden_layers", r.NumLayers); err != nil {
-		return Config{}, err
+	if c.NumLayers, err = positive("num_hidden_layers", r.NumLayers); err != nil {
+		return err
 	}
-	if c.NumHeads, err = req("num_attention_heads", r.NumHeads); err != nil {
-		return Config{}, err
+	if c.NumHeads, err = positive("num_attention_heads", r.NumHeads); err != nil {
+		return err
 	}
-	if c.VocabSize, err = req("vocab_size", r.VocabSize); err != nil {
-		return Config{}, err
+	if c.VocabSize, err = positive("vocab_size", r.VocabSize); err != nil {
+		return err
 	}
 	c.NumKVHeads = c.NumHeads // transformers' default when the key is absent
 	if r.NumKVHeads != nil {
-		if c.NumKVHeads, err = req("num_key_value_heads", r.NumKVHeads); err != nil {
-			return Config{}, err
+		if c.NumKVHeads, err = positive("num_key_value_heads", r.NumKVHeads); err != nil {
+			return err
 		}
 	}
 	if c.NumHeads%c.NumKVHeads != 0 {
-		return Config{}, fmt.Errorf("%w: num_attention_heads %d is not a multiple of num_key_value_heads %d", ErrBadConfig, c.NumHeads, c.NumKVHeads)
+		return fmt.Errorf("%w: num_attention_heads %d is not a multiple of num_key_value_heads %d", ErrBadConfig, c.NumHeads, c.NumKVHeads)
 	}
 	if r.HeadDim != nil {
-		if c.HeadDim, err = req("head_dim", r.HeadDim); err != nil {
-			return Config{}, err
+		if c.HeadDim, err = positive("head_dim", r.HeadDim); err != nil {
+			return err
 		}
 	} else {
 		// Qwen2 and older Llama configs derive head_dim.
 		if c.HiddenSize%c.NumHeads != 0 {
-			return Config{}, fmt.Errorf("%w: no head_dim and hidden_size %d is not a multiple of num_attention_heads %d", ErrBadConfig, c.HiddenSize, c.NumHeads)
+			return fmt.Errorf("%w: no head_dim and hidden_size %d is not a multiple of num_attention_heads %d", ErrBadConfig, c.HiddenSize, c.NumHeads)
 		}
 		c.HeadDim = c.HiddenSize / c.NumHeads
 	}
 	if c.HeadDim%2 != 0 {
-		return Config{}, fmt.Errorf("%w: head_dim %d is odd; rotary embeddings need an even head_dim", ErrBadConfig, c.HeadDim)
+		return fmt.Errorf("%w: head_dim %d is odd; rotary embeddings need an even head_dim", ErrBadConfig, c.HeadDim)
 	}
 	// Guard against sizes whose products overflow int when shapes are
 	// multiplied out (fuzzed configs reach these).
@@ -205,27 +220,33 @@ func ParseConfig(data []byte) (Config, error) {
 	}{{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize}, {"num_hidden_layers", c.NumLayers},
 		{"num_attention_heads", c.NumHeads}, {"head_dim", c.HeadDim}, {"vocab_size", c.VocabSize}} {
 		if d.v > maxDim {
-			return Config{}, fmt.Errorf("%w: %q is %d, larger than any real model (limit %d)", ErrBadConfig, d.n, d.v, maxDim)
+			return fmt.Errorf("%w: %q is %d, larger than any real model (limit %d)", ErrBadConfig, d.n, d.v, maxDim)
 		}
 	}
 	if c.NumLayers > 4096 || c.HeadDim > 4096 {
-		return Config{}, fmt.Errorf("%w: %d layers of head_dim %d is beyond any real model (limits 4096 each)", ErrBadConfig, c.NumLayers, c.HeadDim)
+		return fmt.Errorf("%w: %d layers of head_dim %d is beyond any real model (limits 4096 each)", ErrBadConfig, c.NumLayers, c.HeadDim)
 	}
 	c.MaxPositionEmbeddings = 2048 // transformers' LlamaConfig default
 	if r.MaxPositionEmbeddings != nil {
-		if c.MaxPositionEmbeddings, err = req("max_position_embeddings", r.MaxPositionEmbeddings); err != nil {
-			return Config{}, err
+		if c.MaxPositionEmbeddings, err = positive("max_position_embeddings", r.MaxPositionEmbeddings); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// readNormAndRope reads rms_norm_eps and the rotary embedding: rope_theta
+// and a scaling (llama3 only), with each family's defaults.
+func (c *Config) readNormAndRope(r *rawConfig) error {
 	c.RMSNormEps = 1e-6
-	if arch == ArchLlama {
+	if c.Arch == ArchLlama {
 		c.RMSNormEps = 1e-5 // LlamaConfig default (Qwen configs default to 1e-6)
 	}
 	if r.RMSNormEps != nil {
 		c.RMSNormEps = *r.RMSNormEps
 	}
 	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
-		return Config{}, fmt.Errorf("%w: rms_norm_eps %g outside (0, 1)", ErrBadConfig, c.RMSNormEps)
+		return fmt.Errorf("%w: rms_norm_eps %g outside (0, 1)", ErrBadConfig, c.RMSNormEps)
 	}
 	c.RopeTheta = 10000
 	if r.RopeTheta != nil {
@@ -240,7 +261,7 @@ func ParseConfig(data []byte) (Config, error) {
 	if !isNull(ropeRaw) {
 		var rr rawRope
 		if err := json.Unmarshal(ropeRaw, &rr); err != nil {
-			return Config{}, fmt.Errorf("%w: rope_scaling: %v", ErrBadConfig, err)
+			return fmt.Errorf("%w: rope_scaling: %v", ErrBadConfig, err)
 		}
 		if rr.RopeTheta != nil {
 			c.RopeTheta = *rr.RopeTheta
@@ -255,23 +276,29 @@ func ParseConfig(data []byte) (Config, error) {
 		case "llama3":
 			rs, err := llama3Scaling(rr)
 			if err != nil {
-				return Config{}, err
+				return err
 			}
 			c.RopeScaling = rs
 		default:
-			return Config{}, fmt.Errorf("%w: rope_scaling type %q (only llama3 is implemented)", ErrUnsupported, typ)
+			return fmt.Errorf("%w: rope_scaling type %q (only llama3 is implemented)", ErrUnsupported, typ)
 		}
 	}
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
-		return Config{}, fmt.Errorf("%w: rope_theta %g, want > 1", ErrBadConfig, c.RopeTheta)
+		return fmt.Errorf("%w: rope_theta %g, want > 1", ErrBadConfig, c.RopeTheta)
 	}
+	return nil
+}
+
+// readFeatures reads what each family may switch on (tied embeddings,
+// biases, q/k norms) and refuses what the engine does not implement.
+func (c *Config) readFeatures(r *rawConfig) error {
 	if r.TieWordEmbeddings != nil {
 		c.TieWordEmbeddings = *r.TieWordEmbeddings // all three classes default to false
 	}
 	if r.HiddenAct != nil && *r.HiddenAct != "silu" {
-		return Config{}, fmt.Errorf("%w: hidden_act %q (only silu is implemented)", ErrUnsupported, *r.HiddenAct)
+		return fmt.Errorf("%w: hidden_act %q (only silu is implemented)", ErrUnsupported, *r.HiddenAct)
 	}
-	switch arch {
+	switch c.Arch {
 	case ArchQwen3:
 		c.QKNorm = true
 		if r.AttentionBias != nil && *r.AttentionBias {
@@ -284,24 +311,29 @@ func ParseConfig(data []byte) (Config, error) {
 			c.QKVBias, c.OProjBias = true, true
 		}
 		if r.MLPBias != nil && *r.MLPBias {
-			return Config{}, fmt.Errorf("%w: mlp_bias true", ErrUnsupported)
+			return fmt.Errorf("%w: mlp_bias true", ErrUnsupported)
 		}
 	}
-	if arch != ArchLlama && r.UseSlidingWindow != nil && *r.UseSlidingWindow {
-		return Config{}, fmt.Errorf("%w: use_sliding_window true (sliding-window attention is not implemented)", ErrUnsupported)
+	if c.Arch != ArchLlama && r.UseSlidingWindow != nil && *r.UseSlidingWindow {
+		return fmt.Errorf("%w: use_sliding_window true (sliding-window attention is not implemented)", ErrUnsupported)
 	}
+	return nil
+}
+
+// readTokens reads the BOS and EOS token ids and the weights' dtype.
+func (c *Config) readTokens(r *rawConfig) error {
 	c.BOSTokenID = -1
 	if !isNull(r.BOSTokenID) {
 		ids, err := intOrList(r.BOSTokenID)
 		if err != nil || len(ids) == 0 {
-			return Config{}, fmt.Errorf("%w: bos_token_id %s is not an integer", ErrBadConfig, r.BOSTokenID)
+			return fmt.Errorf("%w: bos_token_id %s is not an integer", ErrBadConfig, r.BOSTokenID)
 		}
 		c.BOSTokenID = ids[0]
 	}
 	if !isNull(r.EOSTokenID) {
 		ids, err := intOrList(r.EOSTokenID)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: eos_token_id %s is neither an integer nor a list of integers", ErrBadConfig, r.EOSTokenID)
+			return fmt.Errorf("%w: eos_token_id %s is neither an integer nor a list of integers", ErrBadConfig, r.EOSTokenID)
 		}
 		c.EOSTokenIDs = ids
 	}
@@ -310,7 +342,7 @@ func ParseConfig(data []byte) (Config, error) {
 	} else if r.DType != nil {
 		c.TorchDType = *r.DType
 	}
-	return c, nil
+	return nil
 }
 
 func llama3Scaling(rr rawRope) (*RopeScaling, error) {
