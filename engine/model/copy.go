@@ -104,6 +104,7 @@ func releaseRegions(regions []copyRegion) {
 	}
 }
 
+// copyToMemory is CopyToMemory with the files opened by open.
 func (c *Checkpoint) copyToMemory(ctx context.Context, workers int, open func(string) (sectionReader, error)) (CopyStats, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -114,6 +115,24 @@ func (c *Checkpoint) copyToMemory(ctx context.Context, workers int, open func(st
 	if mapped != len(c.Files) || len(c.Files) == 0 {
 		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: they are not mapped (already copied or closed)", c.Dir)
 	}
+	regions, st, err := c.openRegions(open)
+	if err != nil {
+		return CopyStats{}, err
+	}
+	st.Readers, st.Chunks, err = readRegions(ctx, regions, workers)
+	if err != nil {
+		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: %w", c.Dir, err)
+	}
+	if err := c.adoptRegions(regions); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// openRegions opens every weight file with open and allocates anonymous
+// memory for its data section, counting the files and bytes in the
+// stats. On an error it releases what it had opened and allocated.
+func (c *Checkpoint) openRegions(open func(string) (sectionReader, error)) ([]copyRegion, CopyStats, error) {
 	regions := make([]copyRegion, 0, len(c.Files))
 	st := CopyStats{Files: len(c.Files)}
 	for _, f := range c.Files {
@@ -126,24 +145,26 @@ func (c *Checkpoint) copyToMemory(ctx context.Context, workers int, open func(st
 		fh, err := open(f.Path)
 		if err != nil {
 			releaseRegions(regions)
-			return CopyStats{}, fmt.Errorf("open %s to copy its weights: %w", f.Path, err)
+			return nil, CopyStats{}, fmt.Errorf("open %s to copy its weights: %w", f.Path, err)
 		}
 		buf, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			_ = fh.Close()
 			releaseRegions(regions)
-			return CopyStats{}, fmt.Errorf("allocate %d bytes for the weights of %s: %w (not enough memory for --load %s; use --load %s)", n, f.Path, err, LoadCopy, LoadMmap)
+			return nil, CopyStats{}, fmt.Errorf("allocate %d bytes for the weights of %s: %w (not enough memory for --load %s; use --load %s)", n, f.Path, err, LoadCopy, LoadMmap)
 		}
 		// Huge pages cut the page faults of filling the buffer; advisory.
 		_ = unix.Madvise(buf, unix.MADV_HUGEPAGE)
 		regions = append(regions, copyRegion{file: fh, path: f.Path, start: start, buf: buf})
 		st.Bytes += n
 	}
-	var err error
-	st.Readers, st.Chunks, err = readRegions(ctx, regions, workers)
-	if err != nil {
-		return CopyStats{}, fmt.Errorf("copy the weights of %s into memory: %w", c.Dir, err)
-	}
+	return regions, st, nil
+}
+
+// adoptRegions closes the files of the filled regions, repoints every
+// tensor into their memory, which the checkpoint then owns, and unmaps
+// the weight files.
+func (c *Checkpoint) adoptRegions(regions []copyRegion) error {
 	// Repoint every tensor, then drop the file mappings.
 	byPath := make(map[string]copyRegion, len(regions))
 	for _, r := range regions {
@@ -173,9 +194,9 @@ func (c *Checkpoint) copyToMemory(ctx context.Context, workers int, open func(st
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return st, fmt.Errorf("unmap the weight files of %s after copying them: %w", c.Dir, err)
+		return fmt.Errorf("unmap the weight files of %s after copying them: %w", c.Dir, err)
 	}
-	return st, nil
+	return nil
 }
 
 // readRegions fills every region's buffer from its file with up to
