@@ -99,108 +99,29 @@ type shard struct {
 // files it created.
 func Write(ctx context.Context, o Options) (Result, error) {
 	start := time.Now()
-	arch := model.Arch(strings.ToLower(o.Arch))
-	shape, err := PresetShape(arch, o.Preset)
-	if err != nil {
-		return Result{}, err
-	}
 	if o.DType == "" {
 		o.DType = "bf16"
 	}
-	dt, err := model.ParseDType(o.DType)
+	d, err := prepare(o)
 	if err != nil {
 		return Result{}, err
-	}
-	if o.OutDir == "" {
-		return Result{}, errors.New("synth: no output directory given (--out DIR)")
-	}
-	if !o.Force {
-		for _, f := range []string{model.ConfigFile, model.SingleWeightFile, model.IndexFile} {
-			if _, err := os.Stat(filepath.Join(o.OutDir, f)); err == nil {
-				return Result{}, fmt.Errorf("%s: %w (%s exists); pick an empty directory or pass --force", o.OutDir, ErrOutDirInUse, f)
-			}
-		}
-	}
-	tok, err := loadTokenizer(o.TokenizerDir)
-	if err != nil {
-		return Result{}, err
-	}
-	ids, err := tok.specialIDs(arch)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := tok.adaptTrainedConfig(arch); err != nil {
-		return Result{}, err
-	}
-	vocab, err := vocabSize(shape.Vocab, tok.size, o.FitVocab)
-	if err != nil {
-		return Result{}, fmt.Errorf("tokenizer from %s: %w (%s %s); use a matching tokenizer or --fit-vocab", tok.source, err, arch, o.Preset)
-	}
-	cfgJSON, err := configJSON(arch, shape, vocab, dt, ids)
-	if err != nil {
-		return Result{}, fmt.Errorf("encode config.json: %w", err)
-	}
-	cfg, err := model.ParseConfig(cfgJSON)
-	if err != nil {
-		return Result{}, fmt.Errorf("synth produced a config it cannot read back (a bug): %w", err)
-	}
-	genJSON, err := generationConfigJSON(arch, ids)
-	if err != nil {
-		return Result{}, fmt.Errorf("encode generation_config.json: %w", err)
 	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("create output directory: %w", err)
 	}
 
-	res := Result{Dir: o.OutDir, Config: cfg, Params: cfg.NumParams(), TokenizerSource: tok.source}
-	var written []string
-	cleanup := func() {
-		for _, f := range written {
-			_ = os.Remove(filepath.Join(o.OutDir, f))
-		}
-	}
-	writeFile := func(name string, b []byte) error {
-		written = append(written, name)
-		if err := os.WriteFile(filepath.Join(o.OutDir, name), b, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		return nil
-	}
+	res := Result{Dir: o.OutDir, Config: d.cfg, Params: d.cfg.NumParams(), TokenizerSource: d.tok.source}
+	out := &outFiles{dir: o.OutDir}
 	if o.Force {
 		// A previous model's shards would otherwise mix with ours.
 		removeOldWeights(o.OutDir)
 	}
-
-	shards := planShards(cfg, dt)
-	wstart := time.Now()
-	var total int64
-	for _, s := range shards {
-		total += s.bytes
+	if err := out.writeWeights(ctx, o, d, &res); err != nil {
+		out.cleanup()
+		return Result{}, err
 	}
-	w := &weightWriter{ctx: ctx, table: newValueTable(dt), seed: o.Seed, workers: o.Workers, progress: o.Progress, total: total}
-	for _, s := range shards {
-		written = append(written, s.name)
-		if err := w.writeShard(filepath.Join(o.OutDir, s.name), s); err != nil {
-			cleanup()
-			return Result{}, err
-		}
-		res.Shards = append(res.Shards, s.name)
-	}
-	res.WeightDuration = time.Since(wstart)
-	res.WeightBytes = total
-	if len(shards) > 1 {
-		idx, err := indexJSON(shards, total)
-		if err != nil {
-			cleanup()
-			return Result{}, err
-		}
-		if err := writeFile(model.IndexFile, idx); err != nil {
-			cleanup()
-			return Result{}, err
-		}
-	}
-	files := map[string][]byte{model.ConfigFile: cfgJSON, "generation_config.json": genJSON}
-	for name, b := range tok.files {
+	files := map[string][]byte{model.ConfigFile: d.cfgJSON, "generation_config.json": d.genJSON}
+	for name, b := range d.tok.files {
 		files[name] = b
 	}
 	names := make([]string, 0, len(files))
@@ -209,18 +130,134 @@ func Write(ctx context.Context, o Options) (Result, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := writeFile(n, files[n]); err != nil {
-			cleanup()
+		if err := out.writeFile(n, files[n]); err != nil {
+			out.cleanup()
 			return Result{}, err
 		}
 	}
 	res.Files = append(append([]string(nil), res.Shards...), names...)
-	if len(shards) > 1 {
+	if len(res.Shards) > 1 {
 		res.Files = append(res.Files, model.IndexFile)
 	}
 	sort.Strings(res.Files)
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// draft is what Write checks and encodes before it writes anything.
+type draft struct {
+	dt               model.DType
+	cfg              model.Config
+	cfgJSON, genJSON []byte
+	tok              *tokFiles
+}
+
+// prepare checks o (the preset, the dtype, the output directory unless
+// o.Force) and the tokenizer, and encodes config.json, read back as the
+// engine reads it, and generation_config.json.
+func prepare(o Options) (draft, error) {
+	arch := model.Arch(strings.ToLower(o.Arch))
+	shape, err := PresetShape(arch, o.Preset)
+	if err != nil {
+		return draft{}, err
+	}
+	dt, err := model.ParseDType(o.DType)
+	if err != nil {
+		return draft{}, err
+	}
+	if o.OutDir == "" {
+		return draft{}, errors.New("synth: no output directory given (--out DIR)")
+	}
+	if !o.Force {
+		for _, f := range []string{model.ConfigFile, model.SingleWeightFile, model.IndexFile} {
+			if _, err := os.Stat(filepath.Join(o.OutDir, f)); err == nil {
+				return draft{}, fmt.Errorf("%s: %w (%s exists); pick an empty directory or pass --force", o.OutDir, ErrOutDirInUse, f)
+			}
+		}
+	}
+	tok, err := loadTokenizer(o.TokenizerDir)
+	if err != nil {
+		return draft{}, err
+	}
+	ids, err := tok.specialIDs(arch)
+	if err != nil {
+		return draft{}, err
+	}
+	if err := tok.adaptTrainedConfig(arch); err != nil {
+		return draft{}, err
+	}
+	vocab, err := vocabSize(shape.Vocab, tok.size, o.FitVocab)
+	if err != nil {
+		return draft{}, fmt.Errorf("tokenizer from %s: %w (%s %s); use a matching tokenizer or --fit-vocab", tok.source, err, arch, o.Preset)
+	}
+	cfgJSON, err := configJSON(arch, shape, vocab, dt, ids)
+	if err != nil {
+		return draft{}, fmt.Errorf("encode config.json: %w", err)
+	}
+	cfg, err := model.ParseConfig(cfgJSON)
+	if err != nil {
+		return draft{}, fmt.Errorf("synth produced a config it cannot read back (a bug): %w", err)
+	}
+	genJSON, err := generationConfigJSON(arch, ids)
+	if err != nil {
+		return draft{}, fmt.Errorf("encode generation_config.json: %w", err)
+	}
+	return draft{dt: dt, cfg: cfg, cfgJSON: cfgJSON, genJSON: genJSON, tok: tok}, nil
+}
+
+// outFiles are the files Write has created in dir, for cleanup to remove
+// on an error.
+type outFiles struct {
+	dir     string
+	written []string
+}
+
+// cleanup removes every file written so far.
+func (f *outFiles) cleanup() {
+	for _, name := range f.written {
+		_ = os.Remove(filepath.Join(f.dir, name))
+	}
+}
+
+// writeFile writes b as dir/name, counting it as written first so that a
+// half-written file is cleaned up too.
+func (f *outFiles) writeFile(name string, b []byte) error {
+	f.written = append(f.written, name)
+	if err := os.WriteFile(filepath.Join(f.dir, name), b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeWeights writes d's weights as safetensors shards, and their index
+// when there are several, recording them in res.
+func (f *outFiles) writeWeights(ctx context.Context, o Options, d draft, res *Result) error {
+	shards := planShards(d.cfg, d.dt)
+	wstart := time.Now()
+	var total int64
+	for _, s := range shards {
+		total += s.bytes
+	}
+	w := &weightWriter{ctx: ctx, table: newValueTable(d.dt), seed: o.Seed, workers: o.Workers, progress: o.Progress, total: total}
+	for _, s := range shards {
+		f.written = append(f.written, s.name)
+		if err := w.writeShard(filepath.Join(f.dir, s.name), s); err != nil {
+			return err
+		}
+		res.Shards = append(res.Shards, s.name)
+	}
+	res.WeightDuration = time.Since(wstart)
+	res.WeightBytes = total
+	if len(shards) > 1 {
+		idx, err := indexJSON(shards, total)
+		if err != nil {
+			return err
+		}
+		if err := f.writeFile(model.IndexFile, idx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func removeOldWeights(dir string) {
