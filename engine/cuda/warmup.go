@@ -432,17 +432,8 @@ func (b *Backend) captureReady(Bk int) bool {
 func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func(context.Context, warmItem) error,
 	gate func(warmItem) <-chan struct{}) {
 	t0 := time.Now()
-	var (
-		staging          time.Duration
-		yields, ran      int
-		gemms, graphed   int
-		errs             []error
-		due, lastInPlace time.Time              // when the first in-place step was due; when the last one ended
-		forced           int                    // in-place steps that ran without a pause (inPlaceWait)
-		maxByKind        = map[string]float64{} // the longest item of each kind (ms)
-		times            []itemTime             // every item run: max_item, longest_items
-		inst             *Runner                // instantiates background graphs (instantiateRecorded)
-	)
+	tl := backgroundTally{maxByKind: map[string]float64{}}
+	var inst *Runner // instantiates background graphs (instantiateRecorded)
 	for _, it := range items {
 		if gate != nil {
 			if ch := gate(it); ch != nil {
@@ -453,31 +444,8 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 				}
 			}
 		}
-		// Let every waiting step go first; the in-place release also
-		// waits for the steps to have paused for stagingQuiet, or under
-		// steady load for its deadline (inPlaceWait).
-		if it.what == "inplace" && due.IsZero() {
-			due = time.Now()
-		}
-		forcedNow := false
-		for {
-			wait := 200 * time.Microsecond
-			if b.pending.Load() == 0 {
-				if it.what != "inplace" {
-					break
-				}
-				if wait, forcedNow = inPlaceWait(time.Now(), time.Unix(0, b.lastDone.Load()), due, lastInPlace); wait <= 0 {
-					break
-				}
-			}
-			yields++
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
+		forcedNow, ok := b.awaitTurn(ctx, it, &tl)
+		if !ok {
 			return
 		}
 		b.mu.Lock()
@@ -488,10 +456,10 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 		ti := time.Now()
 		err := b.r.Do(ctx, func() error { return run(ctx, it) })
 		took := time.Since(ti)
-		if ms := durMS(took); ms >= maxByKind[it.what] {
-			maxByKind[it.what] = ms
+		if ms := durMS(took); ms >= tl.maxByKind[it.what] {
+			tl.maxByKind[it.what] = ms
 		}
-		times = append(times, itemTime{it, took})
+		tl.times = append(tl.times, itemTime{it, took})
 		rg := b.recorded
 		b.recorded = nil
 		b.mu.Unlock()
@@ -500,57 +468,111 @@ func (b *Backend) warmBackground(ctx context.Context, items []warmItem, run func
 				inst = NewRunner()
 				defer inst.Close()
 			}
-			if ms := durMS(b.instantiateRecorded(inst, rg)); ms > maxByKind["instantiate"] {
-				maxByKind["instantiate"] = ms // off the runner thread
+			if ms := durMS(b.instantiateRecorded(inst, rg)); ms > tl.maxByKind["instantiate"] {
+				tl.maxByKind["instantiate"] = ms // off the runner thread
 			}
 		}
-		if it.what == "inplace" {
-			lastInPlace = time.Now()
-			if forcedNow {
-				forced++
-			}
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %d: %w", it.what, it.rows, err))
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		ran++
-		switch it.what {
-		case "gemm":
-			gemms++
-		case "graph":
-			graphed++
-		case "staging", "inplace":
-			staging += took
+		tl.record(it, took, forcedNow, err)
+		if err != nil && ctx.Err() != nil {
+			return
 		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	slowest := byTime(times)
+	attrs := tl.attrs(b.blas)
+	if !b.closed {
+		b.stage(trace.StageWarmup, t0, attrs)
+	}
+}
+
+// backgroundTally is what warmBackground counts as its items run, for its
+// warmup stage.
+type backgroundTally struct {
+	staging          time.Duration
+	yields, ran      int
+	gemms, graphed   int
+	errs             []error
+	due, lastInPlace time.Time          // when the first in-place step was due; when the last one ended
+	forced           int                // in-place steps that ran without a pause (inPlaceWait)
+	maxByKind        map[string]float64 // the longest item of each kind (ms)
+	times            []itemTime         // every item run: max_item, longest_items
+}
+
+// awaitTurn lets every waiting step go first; the in-place release also
+// waits for the steps to have paused for stagingQuiet, or under steady
+// load for its deadline (inPlaceWait). It says whether item it runs by
+// that deadline, without a pause (forced), and false once ctx has ended.
+func (b *Backend) awaitTurn(ctx context.Context, it warmItem, tl *backgroundTally) (forced, ok bool) {
+	if it.what == "inplace" && tl.due.IsZero() {
+		tl.due = time.Now()
+	}
+	for {
+		wait := 200 * time.Microsecond
+		if b.pending.Load() == 0 {
+			if it.what != "inplace" {
+				break
+			}
+			if wait, forced = inPlaceWait(time.Now(), time.Unix(0, b.lastDone.Load()), tl.due, tl.lastInPlace); wait <= 0 {
+				break
+			}
+		}
+		tl.yields++
+		select {
+		case <-ctx.Done():
+			return forced, false
+		case <-time.After(wait):
+		}
+	}
+	return forced, ctx.Err() == nil
+}
+
+// record counts item it, which ran for took (forced: by the in-place
+// deadline) and returned err.
+func (tl *backgroundTally) record(it warmItem, took time.Duration, forced bool, err error) {
+	if it.what == "inplace" {
+		tl.lastInPlace = time.Now()
+		if forced {
+			tl.forced++
+		}
+	}
+	if err != nil {
+		tl.errs = append(tl.errs, fmt.Errorf("%s %d: %w", it.what, it.rows, err))
+		return
+	}
+	tl.ran++
+	switch it.what {
+	case "gemm":
+		tl.gemms++
+	case "graph":
+		tl.graphed++
+	case "staging", "inplace":
+		tl.staging += took
+	}
+}
+
+// attrs are the background warmup stage's attributes (blas, if any, for
+// its plan count).
+func (tl *backgroundTally) attrs(blas *BLAS) trace.Attrs {
+	slowest := byTime(tl.times)
 	var longest itemTime
 	if len(slowest) > 0 {
 		longest = slowest[0]
 	}
-	attrs := trace.Attrs{"kind": "background", "items": ran, "gemm_buckets": gemms, "graphs": graphed,
-		"max_item_ms": durMS(longest.took), "max_item": longest.it.String(), "max_ms_by_kind": maxByKind, "longest_items": itemNames(slowest, 5), "yields": yields}
-	if b.blas != nil {
-		attrs["gemm_plans"] = b.blas.Plans()
+	attrs := trace.Attrs{"kind": "background", "items": tl.ran, "gemm_buckets": tl.gemms, "graphs": tl.graphed,
+		"max_item_ms": durMS(longest.took), "max_item": longest.it.String(), "max_ms_by_kind": tl.maxByKind, "longest_items": itemNames(slowest, 5), "yields": tl.yields}
+	if blas != nil {
+		attrs["gemm_plans"] = blas.Plans()
 	}
-	if staging > 0 {
-		attrs["staging_release_ms"] = durMS(staging)
+	if tl.staging > 0 {
+		attrs["staging_release_ms"] = durMS(tl.staging)
 	}
-	if !due.IsZero() {
-		attrs["inplace_forced_steps"] = forced
+	if !tl.due.IsZero() {
+		attrs["inplace_forced_steps"] = tl.forced
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(tl.errs...); err != nil {
 		attrs["error"] = err.Error()
 	}
-	if !b.closed {
-		b.stage(trace.StageWarmup, t0, attrs)
-	}
+	return attrs
 }
 
 // itemTime is how long a background item held the runner thread.
