@@ -5,6 +5,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
@@ -17,6 +18,10 @@ import (
 // weights_restore, kv_alloc and first_request lines, with its cold request
 // and warm requests; the sleep that ends a run stays in that run, outside
 // its cold window; the transcript and the report name each wake.
+// crossClockSlack is how far an engine span's wall-clock end may pass an
+// instant the client measured on the monotonic clock (see its use).
+const crossClockSlack = 10 * time.Millisecond
+
 func TestE2ESleepCycles(t *testing.T) {
 	needBinary(t)
 	dir := synthCheckpoint(t, "tiny")
@@ -61,7 +66,13 @@ func TestE2ESleepCycles(t *testing.T) {
 		}
 		for _, st := range []trace.Stage{trace.StageWeightsRestore, trace.StageKVAlloc, trace.StageFirstRequest} {
 			sp, ok := stageSpan(r, st)
-			if !ok || sp.Start < r.Start || sp.End > r.ColdEnd {
+			// The engine's spans are wall-clock instants from its stage
+			// lines; the window's end is the client's first token on
+			// treni-top's monotonic clock. The two clocks are read in two
+			// processes, and on a loaded VM they were seen 1.2 ms apart
+			// (first_request, which ends when the engine made the token,
+			// ending after the client read it): crossClockSlack allows that.
+			if !ok || sp.Start < r.Start || sp.End > r.ColdEnd+crossClockSlack {
 				t.Errorf("run %d: %s %+v (found %v) not inside the wake's window [%v, %v]", i, st, sp, ok, r.Start, r.ColdEnd)
 			}
 		}
