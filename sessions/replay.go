@@ -308,6 +308,12 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 			to := *r.seek
 			r.seek = nil
 			back := r.emitted && to < r.lastAt
+			if back {
+				// Position says the target before the reset marker goes
+				// out: a consumer that reads it on that marker must not
+				// see the place the replay is leaving.
+				r.anchorWall, r.anchorOff = time.Now(), to
+			}
 			r.mu.Unlock()
 			if back {
 				sink.Emit(trace.Event{At: 0, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerReplayReset}})
