@@ -7,17 +7,19 @@ import (
 	"github.com/treni-top/treni-top/trace"
 )
 
-// reading is the first and last value of one metric seen in a window.
+// reading is the first and last value of one metric seen in a window,
+// and the indexes of the events they were read from.
 type reading struct {
-	first, last float64
-	seen        bool
+	first, last   float64
+	seen          bool
+	iFirst, iLast int
 }
 
-func (r *reading) add(v float64) {
+func (r *reading) add(v float64, i int) {
 	if !r.seen {
-		r.first, r.seen = v, true
+		r.first, r.seen, r.iFirst = v, true, i
 	}
-	r.last = v
+	r.last, r.iLast = v, i
 }
 
 // rise is last − first, or −1 when the metric was not read (RunFacts'
@@ -42,6 +44,12 @@ type factCollector struct {
 	// The server's own view (probe/scrape): TTFT sum and count, queue-time
 	// readings, over the whole run.
 	srvTTFTSum, srvTTFTN, srvQueueSum, srvQueueN float64
+
+	// The indexes of the events the facts were read from (usedSamples):
+	// the residency samples above, the first page-cache sample with the
+	// weights' size, the first GPU sample, the largest PCIe reading.
+	iRes, iLastRes, iWeights, iGPU, iPCIe int
+	i                                     int // the event being read
 }
 
 // inWindow: at lies in the run's cold window.
@@ -54,15 +62,20 @@ func (c *factCollector) inColdRequest(at time.Duration) bool {
 	return c.hasCold && at >= c.cold.Sent && at <= c.cold.Sent+c.cold.End
 }
 
-// collectFacts reads the probes' samples and markers for a run.
-func collectFacts(events []trace.Event, run Run) RunFacts {
-	c := &factCollector{run: run, f: RunFacts{ResidentBefore: -1, ResidentAfter: -1}}
+func newFactCollector(run Run) *factCollector {
+	c := &factCollector{run: run, f: RunFacts{ResidentBefore: -1, ResidentAfter: -1}, iRes: -1, iLastRes: -1, iWeights: -1, iGPU: -1, iPCIe: -1}
 	c.cold, c.hasCold = run.ColdRequest()
+	return c
+}
+
+// take reads the run's markers and samples of events, in order.
+func (c *factCollector) take(events []trace.Event) {
 	for i := range events {
 		e := &events[i]
-		if e.Run != run.Index {
+		if e.Run != c.run.Index {
 			continue
 		}
+		c.i = i
 		switch e.Kind {
 		case trace.KindMarker:
 			c.marker(e)
@@ -70,6 +83,41 @@ func collectFacts(events []trace.Event, run Run) RunFacts {
 			c.sample(e)
 		}
 	}
+}
+
+// usedSamples marks the samples of events that collectFacts reads for
+// run: the first and last reading of each metric it weighs in the cold
+// window and in the cold request, the largest PCIe reading, the first
+// page-cache sample that states the weights' size, the first GPU sample
+// and every sample of the server's own metrics (summed over the run).
+// collectFacts on any sub-sequence of events that holds these (and the
+// run's markers) gives the same facts: DiagnosisInput keeps no more.
+func usedSamples(events []trace.Event, run Run) []bool {
+	c := newFactCollector(run)
+	c.take(events)
+	used := make([]bool, len(events))
+	for _, i := range []int{c.iRes, c.iLastRes, c.iWeights, c.iGPU, c.iPCIe} {
+		if i >= 0 {
+			used[i] = true
+		}
+	}
+	for _, r := range []reading{c.read, c.cached, c.gpu, c.gpuReq, c.rssReq} {
+		if r.seen {
+			used[r.iFirst], used[r.iLast] = true, true
+		}
+	}
+	for i := range events {
+		if e := &events[i]; e.Run == run.Index && e.Kind == trace.KindSample && e.Sample.Source == trace.SourceServer {
+			used[i] = true
+		}
+	}
+	return used
+}
+
+// collectFacts reads the probes' samples and markers for a run.
+func collectFacts(events []trace.Event, run Run) RunFacts {
+	c := newFactCollector(run)
+	c.take(events)
 	f := c.f
 	if c.srvTTFTN > 0 {
 		f.ServerTTFTCount = c.srvTTFTN
@@ -136,24 +184,24 @@ func (c *factCollector) sample(e *trace.Event) {
 	case s.Source == trace.SourcePageCache:
 		if tot := v[trace.MetricWeightBytes]; tot > 0 {
 			if c.f.WeightBytes == 0 {
-				c.f.WeightBytes = tot
+				c.f.WeightBytes, c.iWeights = tot, c.i
 			}
 			if c.inWindow(e.At) {
 				if c.firstRes == nil {
-					c.firstRes = s
+					c.firstRes, c.iRes = s, c.i
 				}
-				c.last = s
+				c.last, c.iLastRes = s, c.i
 			}
 		}
 		if x, ok := v[trace.MetricSysCachedBytes]; ok && c.inWindow(e.At) {
-			c.cached.add(x)
+			c.cached.add(x, c.i)
 		}
 	case s.Source == trace.SourceProcess:
 		if x, ok := v[trace.MetricReadBytes]; ok && c.inWindow(e.At) {
-			c.read.add(x)
+			c.read.add(x, c.i)
 		}
 		if x, ok := v[trace.MetricRSS]; ok && c.inColdRequest(e.At) {
-			c.rssReq.add(x)
+			c.rssReq.add(x, c.i)
 		}
 	case s.Source == trace.SourceServer:
 		// Interval means weighted by the interval's first tokens give the
@@ -169,17 +217,19 @@ func (c *factCollector) sample(e *trace.Event) {
 			c.srvQueueN++
 		}
 	case strings.HasPrefix(s.Source, "gpu"):
-		c.f.HaveGPU = true
+		if !c.f.HaveGPU {
+			c.f.HaveGPU, c.iGPU = true, c.i
+		}
 		if x, ok := v[trace.MetricGPUMemUsed]; ok {
 			if c.inWindow(e.At) {
-				c.gpu.add(x)
+				c.gpu.add(x, c.i)
 			}
 			if c.inColdRequest(e.At) {
-				c.gpuReq.add(x)
+				c.gpuReq.add(x, c.i)
 			}
 		}
 		if rx := v[trace.MetricPCIeRX]; rx > c.f.PCIeRXMax && c.inWindow(e.At) {
-			c.f.PCIeRXMax = rx
+			c.f.PCIeRXMax, c.iPCIe = rx, c.i
 		}
 	}
 }

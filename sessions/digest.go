@@ -234,6 +234,7 @@ type runMeta struct {
 	failed, spawned                 bool // a run_failed marker, a process start
 	hasEnd                          bool // spanEnd was set (a span other than a sleep)
 	start, healthy, spanEnd, lastAt time.Duration
+	firstSent                       time.Duration // the earliest send of a finished request
 	hasStart, hasSpans, hasReqs     bool
 	spanStart                       time.Duration
 	// The cold request: every version of the cold-phase requests by id,
@@ -305,6 +306,11 @@ func (ms *runMetas) add(e *trace.Event) {
 			ms.open = keep
 		}
 	}
+	m.add(e)
+}
+
+// add takes one event of the run.
+func (m *runMeta) add(e *trace.Event) {
 	if e.At > m.lastAt {
 		m.lastAt = e.At
 	}
@@ -332,6 +338,9 @@ func (ms *runMetas) add(e *trace.Event) {
 		}
 	case e.Kind == trace.KindRequest && e.Request != nil:
 		if e.Request.Done {
+			if !m.hasReqs || e.Request.Sent < m.firstSent {
+				m.firstSent = e.Request.Sent
+			}
 			m.hasReqs = true
 		}
 		if e.Request.Phase == trace.PhaseCold {
