@@ -393,14 +393,20 @@ func (r *Replayer) Run(ctx context.Context, sink trace.Sink) error {
 	}
 }
 
+// replayQueue bounds the events a replay's consumer has not taken yet:
+// a replay waits for a consumer slower than the file (the TUI while it
+// draws, a terminal that scrolls slowly) instead of queueing the file.
+const replayQueue = 4096
+
 // Play runs the replay on a bus of its own in a goroutine it owns and
 // returns the subscription a consumer (the TUI, the headless transcript)
 // reads; the bus closes when the events end (with WaitAtEnd, when ctx
-// does), so the consumer sees the end.
+// does), so the consumer sees the end. The bus holds at most replayQueue
+// events the consumer has not taken: the replay waits for it.
 // stop cancels the replay and waits for its goroutine; call it once the
 // consumer is done.
 func (r *Replayer) Play(ctx context.Context) (sub *trace.Subscription, stop func()) {
-	bus := trace.NewBus()
+	bus := trace.NewBoundedBus(replayQueue)
 	sub = bus.Subscribe()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

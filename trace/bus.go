@@ -20,14 +20,23 @@ func (f SinkFunc) Emit(e Event) { f(e) }
 // subscribers. Emit never blocks and never drops: each subscriber has its own
 // unbounded queue drained by its own goroutine, so a slow consumer (the TUI
 // during a redraw) cannot stall a producer or make the recorder lose lines.
+// A bus made by NewBoundedBus bounds the queues instead and makes Emit wait.
 type Bus struct {
 	mu     sync.Mutex
 	subs   []*Subscription
 	closed bool
+	limit  int // NewBoundedBus's; 0: unbounded
 }
 
 // NewBus returns an open bus.
 func NewBus() *Bus { return &Bus{} }
+
+// NewBoundedBus returns an open bus whose Emit waits while a subscriber
+// has limit events queued, until it takes them or cancels: for a producer
+// that can wait (a replay reading a file as fast as it can), so that a
+// consumer slower than the file does not make its queue hold the file.
+// A live session's producers must never wait: they use NewBus.
+func NewBoundedBus(limit int) *Bus { return &Bus{limit: max(limit, 1)} }
 
 // Emit publishes e to every current subscriber. Events emitted after Close
 // are ignored.
@@ -46,7 +55,7 @@ func (b *Bus) Emit(e Event) {
 // now on, in emission order. Subscribing to a closed bus returns a closed
 // subscription.
 func (b *Bus) Subscribe() *Subscription {
-	s := newSubscription()
+	s := newSubscription(b.limit)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -84,11 +93,16 @@ type Subscription struct {
 	dropped bool // the consumer gave up; discard the queue
 	ch      chan Event
 	exited  chan struct{}
+	// limit bounds the queue (NewBoundedBus; 0: unbounded): push waits
+	// on room, which the pump signals when it takes the queue.
+	limit int
+	room  *sync.Cond
 }
 
-func newSubscription() *Subscription {
-	s := &Subscription{ch: make(chan Event), exited: make(chan struct{})}
+func newSubscription(limit int) *Subscription {
+	s := &Subscription{ch: make(chan Event), exited: make(chan struct{}), limit: limit}
 	s.cond = sync.NewCond(&s.mu)
+	s.room = sync.NewCond(&s.mu)
 	go s.pump()
 	return s
 }
@@ -105,6 +119,7 @@ func (s *Subscription) Cancel() {
 	s.done, s.dropped = true, true
 	s.queue = nil
 	s.cond.Broadcast()
+	s.room.Broadcast()
 	s.mu.Unlock()
 	// Unblock a pending send.
 	for {
@@ -118,6 +133,9 @@ func (s *Subscription) Cancel() {
 
 func (s *Subscription) push(e Event) {
 	s.mu.Lock()
+	for s.limit > 0 && len(s.queue) >= s.limit && !s.done {
+		s.room.Wait()
+	}
 	if !s.done {
 		s.queue = append(s.queue, e)
 		s.cond.Signal()
@@ -129,6 +147,7 @@ func (s *Subscription) finish() {
 	s.mu.Lock()
 	s.done = true
 	s.cond.Broadcast()
+	s.room.Broadcast()
 	s.mu.Unlock()
 }
 
@@ -149,6 +168,7 @@ func (s *Subscription) pump() {
 		}
 		batch := s.queue
 		s.queue = nil
+		s.room.Broadcast()
 		s.mu.Unlock()
 		for _, e := range batch {
 			s.ch <- e

@@ -3,6 +3,7 @@ package trace
 import (
 	"encoding/json"
 	"reflect"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -297,6 +298,60 @@ func TestSubscriptionCancelDoesNotLeak(t *testing.T) {
 	}
 	b.Emit(Event{Kind: KindMarker, Marker: &Marker{Name: "after cancel"}})
 	b.Close()
+}
+
+// TestBoundedBusWaits: a bounded bus's Emit waits while the subscriber's
+// queue is full, delivers everything in order once it reads, and a
+// cancelled subscription releases a waiting producer.
+func TestBoundedBusWaits(t *testing.T) {
+	const limit, n = 16, 50 * 16
+	for _, cancel := range []bool{false, true} {
+		b := NewBoundedBus(limit)
+		s := b.Subscribe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; i < n; i++ {
+				b.Emit(Event{At: time.Duration(i), Kind: KindMarker, Marker: &Marker{Name: "m"}})
+			}
+			b.Close()
+		}()
+		queued := func() int {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.queue)
+		}
+		for queued() < limit {
+			runtime.Gosched() // the producer fills the queue, the consumer reads nothing
+		}
+		select {
+		case <-done:
+			t.Fatal("every event was emitted though the consumer read none")
+		default:
+		}
+		if q := queued(); q > limit {
+			t.Fatalf("%d events queued, limit %d", q, limit)
+		}
+		if cancel {
+			s.Cancel()
+			<-done // a producer waiting on room is released
+			continue
+		}
+		i := 0
+		for e := range s.Events() {
+			if e.At != time.Duration(i) {
+				t.Fatalf("event %d has offset %v", i, e.At)
+			}
+			if q := queued(); q > limit {
+				t.Fatalf("%d events queued, limit %d", q, limit)
+			}
+			i++
+		}
+		<-done
+		if i != n {
+			t.Fatalf("got %d events, want %d", i, n)
+		}
+	}
 }
 
 func TestStageTaxonomy(t *testing.T) {
