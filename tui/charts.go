@@ -409,18 +409,7 @@ func sparkline(data []float64, w int) string {
 	if w <= 0 || len(data) == 0 {
 		return ""
 	}
-	cells := data
-	if len(data) > w {
-		cells = make([]float64, w)
-		for i := range w {
-			a, b := i*len(data)/w, (i+1)*len(data)/w
-			m := data[a]
-			for _, v := range data[a:b] {
-				m = max(m, v)
-			}
-			cells[i] = m
-		}
-	}
+	cells := columnMax(data, w)
 	lo, hi := 0.0, cells[0]
 	for _, v := range cells {
 		lo, hi = min(lo, v), max(hi, v)
@@ -434,6 +423,25 @@ func sparkline(data []float64, w int) string {
 		b.WriteRune(sparkBars[max(0, min(k, len(sparkBars)-1))])
 	}
 	return b.String()
+}
+
+// columnMax fits data to w columns: when it has more points, each column
+// is the largest of its points, so a short spike stays visible (a plotter
+// that interpolates would step over it).
+func columnMax(data []float64, w int) []float64 {
+	if len(data) <= w {
+		return data
+	}
+	cells := make([]float64, w)
+	for i := range w {
+		a, b := i*len(data)/w, (i+1)*len(data)/w
+		m := data[a]
+		for _, v := range data[a:b] {
+			m = max(m, v)
+		}
+		cells[i] = m
+	}
+	return cells
 }
 
 // chart renders ch in w×h cells, reusing the last plot of the same label
@@ -492,6 +500,7 @@ func renderChart(t *theme, ch chart, w, h int) []string {
 	if len(data) > 4*plotW {
 		data = data[len(data)-4*plotW:]
 	}
+	data = columnMax(data, plotW)
 	lo, hi := data[0], data[0]
 	for _, v := range data {
 		lo, hi = min(lo, v), max(hi, v)

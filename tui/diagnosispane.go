@@ -24,6 +24,12 @@ func (diagnosisPane) view(c *programContext, st *state, w, h int) []string {
 	for i := range lines {
 		lines[i] = t.render(t.bold, lines[i])
 	}
+	if n := st.input.Dropped(); n > 0 {
+		note := fmt.Sprintf("evidence from samples is partial: %d samples of a cold window that stayed open were not kept", n)
+		for _, l := range wrap(note, w, "") {
+			lines = append(lines, t.render(t.warn, l))
+		}
+	}
 	for _, hy := range d.Hypotheses {
 		verdict := string(hy.Verdict)
 		st := t.dim

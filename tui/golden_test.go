@@ -424,7 +424,7 @@ func twoRunModel(t testing.TB, w, h int) Model {
 func TestRunSelection(t *testing.T) {
 	m := twoRunModel(t, 160, 48)
 	latest := m.st.diagnosis(-1)
-	first := sessions.DiagnoseRun(m.st.events, m.st.runs[0])
+	first := sessions.DiagnoseRun(m.st.input.Events(), m.st.runs[0])
 	if latest.Dominant == first.Dominant {
 		t.Fatalf("the fixture's runs should be diagnosed differently, both %q", latest.Dominant)
 	}

@@ -142,6 +142,9 @@ func (l *logView) view(c *programContext, st *state, w, h int) []string {
 			out = out[len(out)-l.height:]
 		}
 	} else {
+		if l.off == 0 && st.logDropped > 0 {
+			out = append(out, t.render(t.dim, fit(droppedNote(c, st.logDropped), w)))
+		}
 		for i := l.off; i < len(l.lines) && len(out) < l.height; i++ {
 			out = append(out, l.rows(t, i, w)...)
 		}
@@ -159,15 +162,34 @@ func (l *logView) view(c *programContext, st *state, w, h int) []string {
 		if len(l.matches) > 0 {
 			pos = l.cur + 1
 		}
-		status = fmt.Sprintf("/%s  %d/%d matches · n/N next/previous · / new search", l.query, pos, len(l.matches))
+		in := ""
+		if st.logDropped > 0 {
+			in = fmt.Sprintf(" in the last %d lines", len(st.logs))
+		}
+		status = fmt.Sprintf("/%s  %d/%d matches%s · n/N next/previous · / new search", l.query, pos, len(l.matches), in)
 	default:
 		follow := "following the tail"
 		if !l.follow {
 			follow = "scrolled · G follows the tail"
 		}
-		status = fmt.Sprintf("%d lines · %s · / search", len(st.logs), follow)
+		kept := ""
+		if st.logDropped > 0 {
+			kept = fmt.Sprintf(" (%d earlier not kept)", st.logDropped)
+		}
+		status = fmt.Sprintf("%d lines%s · %s · / search", len(st.logs), kept, follow)
 	}
 	return append(out, t.render(t.dim, status))
+}
+
+// droppedNote is the first row of the log scrolled to its top when the
+// oldest lines were let go: the pane keeps the last maxLogLines at most,
+// and its search covers only those.
+func droppedNote(c *programContext, n int) string {
+	s := fmt.Sprintf("… %d earlier lines not kept here (search covers the lines below)", n)
+	if c.file != "" {
+		s += "; the session file has them all"
+	}
+	return s
 }
 
 // scroll moves by n lines (negative: up); reaching the bottom follows the

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -40,6 +41,10 @@ const (
 	// rarely touch once the target is up).
 	diagSamplesEvery = 5 * time.Second
 	maxBatch         = 8192
+	// maxPending bounds the events held while the display is paused (p):
+	// past it they are applied, so a pause left on does not hold the
+	// session in memory.
+	maxPending = 100_000
 	// tickEvery refreshes the elapsed time and replay position; it only
 	// runs when there is a clock to show.
 	tickEvery = time.Second
@@ -381,6 +386,11 @@ func (m Model) onEvents(msg eventsMsg) (tea.Model, tea.Cmd) {
 	m.statusFromMarkers(msg.evs)
 	if m.paused {
 		m.pending = append(m.pending, msg.evs...)
+		if len(m.pending) > maxPending {
+			m.applyEvents(m.pending)
+			m.pending = m.pending[:0]
+			m.status = fmt.Sprintf("display paused · more than %d events arrived: they are shown to bound memory · p resumes", maxPending)
+		}
 	} else {
 		m.applyEvents(msg.evs)
 	}

@@ -56,12 +56,13 @@ type logLine struct {
 // what is derived from them. Derivations that scan all events (runs,
 // diagnosis) are recomputed by analyze, which the model throttles.
 type state struct {
-	// events are all events, for the diagnosis; core are those Analyze
-	// reads (stages, requests, processes, markers), so a long session full
-	// of samples and log lines stays cheap to re-analyze.
-	events []trace.Event
-	core   []trace.Event
-	last   time.Duration // the latest event offset
+	// input is what the diagnosis reads of the events (not the samples
+	// and log lines it never reads); core are those Analyze reads (stages,
+	// requests, processes, markers). Neither grows with the samples and
+	// log lines a long session is made of.
+	input *sessions.DiagnosisInput
+	core  []trace.Event
+	last  time.Duration // the latest event offset
 
 	// samples is every sampled metric's history, for the Charts pane.
 	samples sampleStore
@@ -104,7 +105,7 @@ type state struct {
 }
 
 func newState() *state {
-	return &state{inflight: map[string]inflightReq{}}
+	return &state{inflight: map[string]inflightReq{}, input: sessions.NewDiagnosisInput()}
 }
 
 // apply appends events. It returns true when a replay reset asked to forget
@@ -127,7 +128,7 @@ func (s *state) applyOne(e trace.Event) {
 	if e.At > s.last {
 		s.last = e.At
 	}
-	s.events = append(s.events, e)
+	s.input.Add(e)
 	if e.Kind == trace.KindSample {
 		// Runs do not depend on samples; only the diagnosis reads them,
 		// and it is refreshed at a slower pace for samples alone.
@@ -192,7 +193,7 @@ func (s *state) analyze(now time.Time, final bool, nowOff time.Duration) {
 		s.growOpen(nowOff)
 	}
 	if diagDue {
-		s.diag = sessions.Diagnose(s.events)
+		s.diag = sessions.Diagnose(s.input.Events())
 		s.diagAt, s.hasDiag = now, true
 		s.samplesDirty, s.diagStale = false, false
 	}
@@ -230,7 +231,7 @@ func (s *state) diagnosis(sel int) sessions.Diagnosis {
 		return s.diag
 	}
 	if c := &s.selDiag; c.run != r.Index || !c.at.Equal(s.diagAt) || c.d.Hypotheses == nil {
-		c.run, c.at, c.d = r.Index, s.diagAt, sessions.DiagnoseRun(s.events, r)
+		c.run, c.at, c.d = r.Index, s.diagAt, sessions.DiagnoseRun(s.input.Events(), r)
 	}
 	return s.selDiag.d
 }
