@@ -43,6 +43,8 @@ type Stream struct {
 	ended     bool
 	skipped   int
 	maxAt     time.Duration
+	// interned are the names decodeFast read (sources, metrics, streams).
+	interned map[string]string
 }
 
 // OpenStream opens a .jsonl or .jsonl.gz session file and reads its
@@ -177,6 +179,13 @@ func (s *Stream) parse(line []byte, e *trace.Event) error {
 		*e = trace.Event{At: at, Kind: kind, Run: run}
 		s.note(at)
 		return nil
+	}
+	if ok && (kind == trace.KindSample || kind == trace.KindLog) {
+		if ev, fast := s.decodeFast(line, at, kind, run); fast {
+			*e = ev
+			s.note(at)
+			return nil
+		}
 	}
 	*e = trace.Event{}
 	if err := json.Unmarshal(line, e); err != nil {
