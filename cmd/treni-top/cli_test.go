@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -114,6 +115,44 @@ func TestReplayHeadlessStreams(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "stage page_cache") || strings.Contains(stderr.String(), "session report") {
 		t.Errorf("stderr should hold the progress lines alone:\n%s", stderr.String())
+	}
+}
+
+// report --format chrome streams the trace to -o through a temporary
+// file: a file that turns out malformed half-way leaves nothing at -o.
+func TestReportChromeOutput(t *testing.T) {
+	dir := t.TempDir()
+	body := `{"format":"treni-top-session","version":"1.0","tool_version":"t","created":"2026-11-22T00:00:00Z","host":{"hostname":"h","os":"linux","arch":"amd64","cpus":2},"target":{"kind":"builtin"}}` + "\n" +
+		`{"t":0,"kind":"process","process":{"action":"start","pid":1}}` + "\n" +
+		`{"t":100000000,"kind":"stage","stage":{"name":"page_cache","start":0,"end":100000000}}` + "\n" +
+		`{"t":100000000,"kind":"sample","sample":{"source":"process","values":{"rss_bytes":1e9}}}` + "\n"
+	good, bad := filepath.Join(dir, "good.jsonl"), filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(good, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The sample's payload is broken: only the pass that writes it decodes it.
+	if err := os.WriteFile(bad, []byte(body+`{"t":200000000,"kind":"sample","sample":{"source":3}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "trace.json")
+	if got := execute([]string{"report", "--format", "chrome", bad, "-o", out}); got != 2 {
+		t.Errorf("malformed session: exit %d, want 2", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*trace.json*")); len(left) != 0 {
+		t.Errorf("a failed export left %v", left)
+	}
+	if got := execute([]string{"report", "--format", "chrome", good, "-o", out}); got != 0 {
+		t.Fatalf("exit %d", got)
+	}
+	b, err := os.ReadFile(out)
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err != nil || json.Unmarshal(b, &doc) != nil || len(doc.TraceEvents) < 5 {
+		t.Fatalf("trace (%v): %s", err, b)
+	}
+	if st, _ := os.Stat(out); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
 	}
 }
 

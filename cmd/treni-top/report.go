@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -45,13 +46,9 @@ counters, requests as async slices with a mark per token.`,
 					data = []byte(rep.Markdown())
 				}
 			case "chrome", "perfetto":
-				s, err := sessions.Open(args[0])
-				if err != nil {
-					return withExit(2, err)
-				}
-				if data, err = sessions.ExportChrome(s); err != nil {
-					return withExit(2, err)
-				}
+				// Written as the file is read: memory does not grow
+				// with it.
+				return streamOutput(cmd, out, func(w io.Writer) error { return sessions.WriteChrome(w, args[0]) })
 			default:
 				return withExit(2, fmt.Errorf("unknown --format %q: use md, json or chrome", format))
 			}
