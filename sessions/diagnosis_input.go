@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -241,4 +242,30 @@ func (v *DiagnosisInput) Events() []trace.Event {
 	}
 	v.events = out
 	return out
+}
+
+// OpenForDiagnosis reads the session file at path in one pass and keeps
+// what a DiagnosisInput keeps of it: every event but samples and log
+// lines, and of those what the diagnosis reads. Its Runs, Diagnose and
+// DiagnoseRun are those of the whole file (TestOpenForDiagnosis), in
+// memory that does not grow with the samples and log lines; its Events
+// are not every event of the file (Dropped says how many samples a run
+// that never settled lost), so list events from a Stream instead.
+func OpenForDiagnosis(path string) (*Session, int, error) {
+	st, err := OpenStream(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer st.Close()
+	in := NewDiagnosisInput()
+	var e trace.Event
+	for st.Next(&e) {
+		in.Add(e)
+	}
+	if err := st.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read session %s: %w", path, err)
+	}
+	s := &Session{Path: path, Header: st.Header, Events: in.Events(), Skipped: st.Skipped(),
+		Truncated: st.Truncated(), Unfinished: st.Unfinished() && !st.Truncated()}
+	return s, in.Dropped(), nil
 }

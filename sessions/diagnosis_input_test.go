@@ -1,9 +1,12 @@
 package sessions
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +182,51 @@ func TestDiagnosisInputBounded(t *testing.T) {
 	}
 	if !Diagnose(in.Events()).Facts.HaveGPU {
 		t.Error("the diagnosis lost the GPU")
+	}
+}
+
+// TestOpenForDiagnosis: a file read by OpenForDiagnosis has the runs and
+// diagnoses of the whole file, the header and the file's state, and keeps
+// a fraction of a dense session's events.
+func TestOpenForDiagnosis(t *testing.T) {
+	paths, _ := filepath.Glob("testdata/*.jsonl.gz")
+	dense := writeSession(t, t.TempDir(), "dense.jsonl", denseSession())
+	for _, p := range append(paths, dense) {
+		all, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, dropped, err := OpenForDiagnosis(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, have := diagnoses(t, all.Events), diagnoses(t, got.Events); want != have {
+			t.Errorf("%s: the diagnosis differs:\nall:  %s\nkept: %s", p, want, have)
+		}
+		wr, _ := json.Marshal(all.Runs())
+		gr, _ := json.Marshal(got.Runs())
+		if string(wr) != string(gr) {
+			t.Errorf("%s: the runs differ:\nall:  %s\nkept: %s", p, wr, gr)
+		}
+		if dropped != 0 || got.Header.Created != all.Header.Created || got.Truncated != all.Truncated || got.Unfinished != all.Unfinished || got.Path != p {
+			t.Errorf("%s: dropped %d, header %v, truncated %v, unfinished %v, path %q", p, dropped, got.Header.Created, got.Truncated, got.Unfinished, got.Path)
+		}
+		if p == dense && len(got.Events) > len(all.Events)/3 {
+			t.Errorf("dense: kept %d of %d events", len(got.Events), len(all.Events))
+		}
+	}
+	if _, _, err := OpenForDiagnosis(filepath.Join(t.TempDir(), "missing.jsonl")); err == nil {
+		t.Error("a missing file read")
+	}
+	b, err := os.ReadFile(dense)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, append(b[:bytes.IndexByte(b, '\n')+1], "{\"t\":1,\"kind\":\"stage\",\"stage\":3}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := OpenForDiagnosis(bad); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("a malformed line: %v", err)
 	}
 }

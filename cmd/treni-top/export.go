@@ -53,9 +53,14 @@ interrupted when --serve-for is 0.`,
   treni-top export session.jsonl --serve-metrics 127.0.0.1:9464 --serve-for 30s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := sessions.Open(args[0])
+			// What the spans and the diagnosis read, not the file's
+			// samples and log lines: memory does not grow with them.
+			s, dropped, err := sessions.OpenForDiagnosis(args[0])
 			if err != nil {
 				return withExit(2, err)
+			}
+			if dropped > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: warning: a run's cold window stayed open for more samples than are kept; its diagnosis did not read the last %d\n", dropped)
 			}
 			ids := otelexport.NewIDs(s.Header)
 			printIDs := func() {
@@ -94,7 +99,7 @@ interrupted when --serve-for is 0.`,
 				}
 			}
 			if metricsAddr != "" {
-				return serveMetrics(ctx, cmd, s, metricsAddr, serveFor)
+				return serveMetrics(ctx, cmd, args[0], metricsAddr, serveFor)
 			}
 			return nil
 		},
@@ -111,9 +116,14 @@ interrupted when --serve-for is 0.`,
 	return cmd
 }
 
-// serveMetrics serves a session's fleet metrics until d passes or ctx ends.
-func serveMetrics(ctx context.Context, cmd *cobra.Command, s *sessions.Session, addr string, d time.Duration) error {
-	srv, err := fleetmetrics.Serve(ctx, addr, fleetmetrics.FromSession(s))
+// serveMetrics serves the fleet metrics of the session file at path until d
+// passes or ctx ends.
+func serveMetrics(ctx context.Context, cmd *cobra.Command, path, addr string, d time.Duration) error {
+	m, err := fleetmetrics.FromFile(path)
+	if err != nil {
+		return withExit(2, err)
+	}
+	srv, err := fleetmetrics.Serve(ctx, addr, m)
 	if err != nil {
 		return withExit(2, err)
 	}

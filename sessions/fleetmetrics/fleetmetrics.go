@@ -156,13 +156,24 @@ func (m *Metrics) Follow(ctx context.Context, bus *trace.Bus) <-chan struct{} {
 	return done
 }
 
-// FromSession loads a recorded session's events.
-func FromSession(s *sessions.Session) *Metrics {
-	m := New(s.Header)
-	for _, e := range s.Events {
+// FromFile reads a recorded session file one event at a time, log lines
+// left undecoded (the metrics never read them): what it holds is what a
+// live Metrics holds, the events of the newest two runs, not the file.
+func FromFile(path string) (*Metrics, error) {
+	st, err := sessions.OpenStream(path, trace.KindStage, trace.KindSample, trace.KindRequest, trace.KindProcess)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	m := New(st.Header)
+	var e trace.Event
+	for st.Next(&e) {
 		m.Emit(e)
 	}
-	return m
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("read session %s: %w", path, err)
+	}
+	return m, nil
 }
 
 // Registry is the registry holding the series, for tests and embedding.

@@ -200,3 +200,46 @@ func TestEmptyAndServeErrors(t *testing.T) {
 		t.Error("second listener on the same address accepted")
 	}
 }
+
+// TestFromFile: the metrics read from a file one event at a time are those
+// of its events emitted from memory; a file that is not a session is an
+// error.
+func TestFromFile(t *testing.T) {
+	for _, path := range []string{fixture, "../testdata/ollama-gpu-1.7b-evicted.jsonl.gz"} {
+		s, err := sessions.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := New(s.Header)
+		for _, e := range s.Events {
+			want.Emit(e)
+		}
+		got, err := FromFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, g := gatherText(t, want), gatherText(t, got)
+		if !strings.Contains(w, "treni_cold_start_seconds") || g != w {
+			t.Errorf("%s:\nfrom the file:\n%s\nfrom memory:\n%s", path, g, w)
+		}
+	}
+	if _, err := FromFile("fleetmetrics.go"); err == nil {
+		t.Error("a Go file read as a session")
+	}
+}
+
+// gatherText is m's series in the Prometheus text format.
+func gatherText(t *testing.T, m *Metrics) string {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}

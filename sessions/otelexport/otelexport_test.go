@@ -14,6 +14,7 @@ import (
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
@@ -515,4 +516,42 @@ func TestIDsStable(t *testing.T) {
 	if NewIDs(h).TraceID(0) == a.TraceID(0) {
 		t.Error("another session start gives the same trace")
 	}
+}
+
+// TestExportOfDiagnosisInput: the spans sent from a session read by
+// sessions.OpenForDiagnosis (what export reads, in bounded memory) are
+// the spans sent from every event of it.
+func TestExportOfDiagnosisInput(t *testing.T) {
+	paths, _ := filepath.Glob("../testdata/*.jsonl.gz")
+	for _, path := range append(paths, fixtures...) {
+		kept, _, err := sessions.OpenForDiagnosis(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := sentSpans(t, openPath(t, path)), sentSpans(t, kept)
+		if len(want) == 0 || len(got) != len(want) {
+			t.Fatalf("%s: %d spans, %d from every event", path, len(got), len(want))
+		}
+		for id, w := range want {
+			if !proto.Equal(got[id], w) {
+				t.Errorf("%s: span %s %q differs:\nkept: %v\nall:  %v", path, id, w.Name, got[id], w)
+			}
+		}
+	}
+}
+
+// sentSpans exports s to a collector and returns the spans it received,
+// by span id.
+func sentSpans(t *testing.T, s *sessions.Session) map[string]*tracepb.Span {
+	t.Helper()
+	col := newCollector(t)
+	st, err := Export(context.Background(), s, Config{Endpoint: col.srv.URL, TokenEvents: true})
+	if err != nil || !st.OK() {
+		t.Fatalf("export: %v %+v", err, st)
+	}
+	out := map[string]*tracepb.Span{}
+	for _, r := range col.spans() {
+		out[hexID(r.span.SpanId)] = r.span
+	}
+	return out
 }
