@@ -102,7 +102,12 @@ func WriteChrome(w io.Writer, path string) error {
 			return cw.err
 		}
 		clear(b) // the writer is done with the payloads
-		free <- b[:0]
+		// Never wait here: a reader that has finished takes no batch
+		// back, and one that is not waiting for a batch needs none.
+		select {
+		case free <- b[:0]:
+		default:
+		}
 	}
 	if err := st.Err(); err != nil {
 		return fmt.Errorf("read session %s: %w", path, err)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,43 @@ func FuzzChromeEncoding(f *testing.F) {
 			t.Errorf("%v: %s, encoding/json %s", v, got, want)
 		}
 	})
+}
+
+// slowWriter is a destination slower than the reading goroutine: each
+// write first yields to the other goroutines once per 64 bytes.
+type slowWriter struct{ n int }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	for range len(p) / 64 {
+		runtime.Gosched()
+	}
+	w.n += len(p)
+	return len(p), nil
+}
+
+// TestChromeLongSessionSlowWriter: a session of many batches written to a
+// destination slower than the file is read ends with the whole trace (the
+// reading goroutine finishing first once held the writer forever, handing
+// back more batches than could be taken back).
+func TestChromeLongSessionSlowWriter(t *testing.T) {
+	evs := coldRun(0, 0, 1, warm5)
+	for i := range 40 * chromeBatch {
+		evs = append(evs, trace.Event{At: 3*time.Second + time.Duration(i)*time.Millisecond, Kind: trace.KindSample,
+			Sample: &trace.Sample{Source: "gpu0", Values: map[string]float64{trace.MetricGPUMemUsed: float64(i)}}})
+	}
+	p := writeSession(t, t.TempDir(), "long.jsonl", evs)
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ExportChrome(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		var w slowWriter
+		if err := WriteChrome(&w, p); err != nil || w.n != len(want) {
+			t.Fatalf("wrote %d bytes of %d (%v)", w.n, len(want), err)
+		}
+	}
 }
