@@ -40,6 +40,7 @@ type logView struct {
 
 	lines   []logEntry // st.logs[i] prepared, for i in [0, len(lines))
 	dropped int        // st.logDropped the lines were built against
+	resets  int        // st.resets the lines were built against
 	builtQ  string
 }
 
@@ -65,9 +66,24 @@ func (logView) title() string { return "Log" }
 // lines dropped from the front of the buffer rebuild everything.
 func (l *logView) sync(c *programContext, st *state, h int) {
 	l.height = max(h, 1)
-	if l.builtQ != l.query || l.dropped != st.logDropped || len(l.lines) > len(st.logs) {
+	if n := st.logDropped - l.dropped; l.builtQ == l.query && l.resets == st.resets && n > 0 && n <= len(l.lines) {
+		// The state let its oldest n lines go: so do the prepared
+		// lines, rather than preparing the kept ones again.
+		l.lines = append(l.lines[:0], l.lines[n:]...)
+		kept := l.matches[:0]
+		for _, i := range l.matches {
+			if i >= n {
+				kept = append(kept, i-n)
+			}
+		}
+		// The current match keeps its line, or goes to the first kept.
+		l.cur = max(l.cur-(len(l.matches)-len(kept)), 0)
+		l.matches, l.dropped = kept, st.logDropped
+		l.off = max(l.off-n, 0) // the same lines stay in view
+	}
+	if l.builtQ != l.query || l.resets != st.resets || l.dropped != st.logDropped || len(l.lines) > len(st.logs) {
 		l.lines, l.matches = l.lines[:0], l.matches[:0]
-		l.builtQ, l.dropped = l.query, st.logDropped
+		l.builtQ, l.dropped, l.resets = l.query, st.logDropped, st.resets
 	}
 	t := c.theme
 	q := strings.ToLower(l.query)

@@ -193,3 +193,52 @@ func TestSeekBackAfterTrimming(t *testing.T) {
 		t.Error("the diagnosis input after the seek differs from a fresh model's")
 	}
 }
+
+// TestLogTrimKeepsPreparedLines: when the state lets its oldest lines go,
+// the log pane drops the same prepared lines instead of preparing the
+// kept ones again, and ends with what a pane built afresh shows: the same
+// lines, the same matches of a search, the current match on its line.
+func TestLogTrimKeepsPreparedLines(t *testing.T) {
+	m := NewModel(Options{Header: fixtureHeader(), NoColor: true})
+	m.ctx.width, m.ctx.height = 160, 48
+	c, st := m.ctx, m.st
+	l := newLogView()
+	l.query = "7"
+	add := func(from, to int) {
+		for i := from; i < to; i++ {
+			st.applyOne(trace.Event{At: time.Duration(i) * time.Millisecond, Kind: trace.KindLog, Log: &trace.Log{Stream: "stdout", Text: fmt.Sprintf("line %d", i)}})
+		}
+	}
+	add(0, maxLogLines)
+	l.sync(c, st, 20)
+	l.jump(len(l.matches) - 1)
+	curLine := st.logs[l.matches[l.cur]]
+	// A mark on the last prepared line: kept lines are not prepared again.
+	l.lines[len(l.lines)-1].prefix += "(prepared)"
+	marked := l.lines[len(l.lines)-1]
+	add(maxLogLines, maxLogLines+10) // one trim
+	if st.logDropped == 0 {
+		t.Fatal("the state kept every line")
+	}
+	l.sync(c, st, 20)
+	if got := l.lines[len(l.lines)-11]; got != marked {
+		t.Fatalf("the kept lines were prepared again: %+v, want %+v", got, marked)
+	}
+	l.lines[len(l.lines)-11].prefix = strings.TrimSuffix(marked.prefix, "(prepared)")
+	fresh := newLogView()
+	fresh.query = l.query
+	fresh.sync(c, st, 20)
+	if !reflect.DeepEqual(l.lines, fresh.lines) || !reflect.DeepEqual(l.matches, fresh.matches) {
+		t.Fatalf("after the trim: %d lines, %d matches; built afresh %d, %d", len(l.lines), len(l.matches), len(fresh.lines), len(fresh.matches))
+	}
+	if st.logs[l.matches[l.cur]] != curLine {
+		t.Errorf("the current match moved from %q to %q", curLine.text, st.logs[l.matches[l.cur]].text)
+	}
+	// A replay's reset (a seek back) prepares everything again.
+	m.st.resets++
+	add(maxLogLines+10, maxLogLines+20)
+	l.sync(c, st, 20)
+	if len(l.lines) != len(st.logs) || l.resets != st.resets {
+		t.Errorf("after a reset: %d lines prepared of %d", len(l.lines), len(st.logs))
+	}
+}
