@@ -117,6 +117,26 @@ func (v *DiagnosisInput) Add(e trace.Event) {
 	}
 }
 
+// DropRunsBefore forgets every run numbered below run, so that a
+// long-lived reader that shows only the newest runs (fleetmetrics, an
+// agent's /metrics) holds them and not the session's whole history.
+func (v *DiagnosisInput) DropRunsBefore(run int) {
+	v.events = nil
+	keep := v.core[:0]
+	for _, e := range v.core {
+		if e.Run >= run {
+			keep = append(keep, e)
+		}
+	}
+	clear(v.core[len(keep):])
+	v.core = keep
+	for i := range v.runs {
+		if i < run {
+			delete(v.runs, i)
+		}
+	}
+}
+
 // addSample keeps a sample the diagnosis may read.
 func (v *DiagnosisInput) addSample(r *inputRun, e trace.Event) {
 	s := e.Sample

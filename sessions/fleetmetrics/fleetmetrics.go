@@ -39,8 +39,12 @@ type Metrics struct {
 	// created is the session's wall-clock zero (read-only after New).
 	created time.Time
 
-	mu     sync.Mutex
-	events []trace.Event // non-log events of the runs kept (see prune)
+	mu sync.Mutex
+	// input keeps what the gauges read of the newest two runs (see
+	// prune): their stages, requests and markers, and of their samples
+	// those the diagnosis reads, so that an agent that runs for days
+	// holds memory that does not grow with its samples.
+	input  *sessions.DiagnosisInput
 	seen   map[reqKey]bool
 	maxRun int
 }
@@ -53,7 +57,7 @@ type reqKey struct {
 // New returns the metrics of one target: the model and server kind from
 // its session header become constant labels (model, server).
 func New(h sessions.Header) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), created: h.Created, seen: map[reqKey]bool{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), created: h.Created, seen: map[reqKey]bool{}, input: sessions.NewDiagnosisInput()}
 	labels := prometheus.Labels{"model": h.Target.Model, "server": h.Target.ServerKind}
 	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "ttft_seconds", ConstLabels: labels, Buckets: TTFTBuckets,
@@ -79,7 +83,7 @@ func (m *Metrics) Emit(e trace.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.Kind == trace.KindMarker && e.Marker.Name == trace.MarkerReplayReset {
-		m.events, m.seen, m.maxRun = nil, map[reqKey]bool{}, 0
+		m.input, m.seen, m.maxRun = sessions.NewDiagnosisInput(), map[reqKey]bool{}, 0
 		return
 	}
 	if e.Kind == trace.KindRequest && e.Request.Done {
@@ -89,7 +93,7 @@ func (m *Metrics) Emit(e trace.Event) {
 			m.observe(*e.Request)
 		}
 	}
-	m.events = append(m.events, e)
+	m.input.Add(e)
 	if e.Run > m.maxRun {
 		m.maxRun = e.Run
 		m.prune()
@@ -118,14 +122,7 @@ func (m *Metrics) observe(q trace.Request) {
 // the last finished one, which the gauges show until the new one is done.
 // A long-running agent thus holds a bounded history.
 func (m *Metrics) prune() {
-	keep := m.events[:0]
-	for _, e := range m.events {
-		if e.Run >= m.maxRun-1 {
-			keep = append(keep, e)
-		}
-	}
-	clear(m.events[len(keep):])
-	m.events = keep
+	m.input.DropRunsBefore(m.maxRun - 1)
 	for k := range m.seen {
 		if k.run < m.maxRun-1 {
 			delete(m.seen, k)
@@ -249,7 +246,7 @@ func (c *coldCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *coldCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
-	events := append([]trace.Event(nil), c.m.events...)
+	events := append([]trace.Event(nil), c.m.input.Events()...)
 	c.m.mu.Unlock()
 	run, ok := latest(sessions.Analyze(events))
 	if !ok {

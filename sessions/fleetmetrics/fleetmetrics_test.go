@@ -153,7 +153,7 @@ func TestKeepsNewestRuns(t *testing.T) {
 	<-done
 	m.mu.Lock()
 	runs := map[int]bool{}
-	for _, e := range m.events {
+	for _, e := range m.input.Events() {
 		runs[e.Run] = true
 	}
 	m.mu.Unlock()
@@ -177,6 +177,44 @@ func TestKeepsNewestRuns(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSamplesBounded: an agent that samples for hours after a cold start
+// keeps a bounded number of samples (those the gauges' diagnosis reads),
+// and its gauges are those of the cold start it showed before them.
+func TestSamplesBounded(t *testing.T) {
+	s, err := sessions.Open(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(s.Header)
+	var last time.Duration
+	for _, e := range s.Events {
+		m.Emit(e)
+		last = max(last, e.At)
+	}
+	before := gatherText(t, m)
+	const n = 200_000 // 100 ms sampling for 5.5 hours
+	for i := range n {
+		for _, src := range []string{trace.SourceProcess, trace.SourceSystem} {
+			m.Emit(trace.Event{At: last + time.Duration(i+1)*100*time.Millisecond, Kind: trace.KindSample,
+				Sample: &trace.Sample{Source: src, Values: map[string]float64{trace.MetricRSS: float64(i)}}})
+		}
+	}
+	m.mu.Lock()
+	samples := 0
+	for _, e := range m.input.Events() {
+		if e.Kind == trace.KindSample {
+			samples++
+		}
+	}
+	m.mu.Unlock()
+	if samples > 10_000 {
+		t.Errorf("%d samples kept after %d emitted: the agent's memory grows with its samples", samples, 2*n)
+	}
+	if after := gatherText(t, m); after != before {
+		t.Errorf("samples after the cold window changed the gauges:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
 
