@@ -20,9 +20,15 @@ func (diagnosisPane) view(c *programContext, st *state, w, h int) []string {
 	if len(d.Hypotheses) == 0 {
 		return []string{t.render(t.dim, "no diagnosis yet")}
 	}
-	lines := wrap(d.Summary, w, "")
-	for i := range lines {
-		lines[i] = t.render(t.bold, lines[i])
+	var lines []string
+	if r, ok := st.run(c.runSel); ok && st.provisional(r, c.ended) {
+		note := "cold start in progress: no first token yet, so these shares are of the window so far and can change; the verdict stands once the cold request's first token arrives"
+		for _, l := range wrap(note, w, "") {
+			lines = append(lines, t.render(t.warn, l))
+		}
+	}
+	for _, l := range wrap(d.Summary, w, "") {
+		lines = append(lines, t.render(t.bold, l))
 	}
 	if n := st.input.Dropped(); n > 0 {
 		note := fmt.Sprintf("evidence from samples is partial: %d samples of a cold window that stayed open were not kept", n)

@@ -24,6 +24,7 @@ func (m Model) View() string {
 
 // frame renders exactly h lines of width w.
 func (m Model) frame(w, h int) []string {
+	m.ctx.ended = m.closed || m.benchActive() || (m.opts.Replay != nil && m.replayDone)
 	head := m.headerLines(w)
 	foot := []string{m.footerLine(w)}
 	bodyH := h - len(head) - len(foot)
@@ -78,7 +79,7 @@ func (m Model) paneBox(i, w, h int) []string {
 	}
 	var key boxKey
 	if memo {
-		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title}
+		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title, ended: m.ctx.ended}
 		if c, ok := m.ctx.boxes[i]; ok && c.key == key {
 			return c.lines
 		}
@@ -177,7 +178,11 @@ func (m Model) headerLines(w int) []string {
 	}
 	if d := m.st.diagnosis(m.ctx.runSel); ok && d.Dominant != "" {
 		for _, hy := range d.Hypotheses {
-			if hy.Code == d.Dominant {
+			switch {
+			case hy.Code != d.Dominant:
+			case m.st.provisional(r, m.ctx.ended):
+				parts = append(parts, t.render(t.dim, "leading so far "+hy.Code+": "+hy.Title))
+			default:
 				parts = append(parts, t.render(t.warn, "diagnosis "+hy.Code+": "+hy.Title))
 			}
 		}

@@ -63,6 +63,12 @@ type programContext struct {
 	runSel int
 	// file is the session file (Options.File).
 	file string
+	// ended is set, for the frame being drawn, once no more events can
+	// come to the run on screen: a live stream closed, a replay at its
+	// end, or a bench (whose load has no cold start to wait for). Before
+	// that, the latest run's diagnosis is provisional while its cold
+	// window is open (state.provisional).
+	ended bool
 	// boxes and charts memoize rendered panes and plots, so a frame
 	// redrawn for a clock tick or a batch of samples re-renders only what
 	// those changed (an idle target redraws every second).
@@ -79,6 +85,7 @@ type boxKey struct {
 	w, h            int
 	focused         bool
 	title           string
+	ended           bool
 }
 
 type boxMemo struct {

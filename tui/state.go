@@ -211,6 +211,22 @@ func (s *state) coldWindowOpen() bool {
 	return s.runs[len(s.runs)-1].ColdEndKind != sessions.ColdEndFirstToken
 }
 
+// provisional reports whether r's diagnosis can still change because its
+// cold window is open: r is the latest run, its window has begun but not
+// reached its first token, it has neither an exit nor a failure, and more
+// events can come (ended is unset). Its shares are then of the window so
+// far, and the pane and header say so rather than call a cause dominant.
+func (s *state) provisional(r sessions.Run, ended bool) bool {
+	if ended || len(s.runs) == 0 || r.Index != s.runs[len(s.runs)-1].Index {
+		return false
+	}
+	switch r.ColdEndKind {
+	case sessions.ColdEndFirstToken, sessions.ColdEndNone, "":
+		return false // a full window, or none to rank
+	}
+	return r.Exit == nil && r.Failed == ""
+}
+
 // run returns the selected run: sel < 0 or past the end means the latest.
 func (s *state) run(sel int) (sessions.Run, bool) {
 	if len(s.runs) == 0 {
