@@ -79,17 +79,58 @@ func (m Model) paneBox(i, w, h int) []string {
 	}
 	var key boxKey
 	if memo {
-		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title, ended: m.ctx.ended}
+		key = boxKey{st: m.st, version: m.st.version, runSel: m.ctx.runSel, w: w, h: h, focused: i == m.focus, title: title, ended: m.ctx.ended, scroll: m.ctx.scroll[i]}
 		if c, ok := m.ctx.boxes[i]; ok && c.key == key {
 			return c.lines
 		}
 	}
-	inner := p.view(m.ctx, m.st, w-2, h-2)
+	inner := m.scrolled(i, p.view(m.ctx, m.st, w-2, h-2), w-2, h-2)
 	lines := box(m.ctx.theme, title, inner, w, h, i == m.focus)
 	if memo {
 		m.ctx.boxes[i] = boxMemo{key: key, lines: lines}
 	}
 	return lines
+}
+
+// scrollable reports whether pane i scrolls with ↑/↓ when focused and
+// taller than its box (the log scrolls itself; the waterfall and the
+// charts fit their drawings to the box).
+func scrollable(i int) bool {
+	return i == paneRequests || i == paneDiagnosis || i == paneSession
+}
+
+// scrolled is the rows of pane i's lines that its box of rows shows from
+// its scroll offset: a first row saying how many lines are above, a last
+// row how many below and how to reach them.
+func (m Model) scrolled(i int, lines []string, w, rows int) []string {
+	if !scrollable(i) || rows < 3 || len(lines) <= rows {
+		m.ctx.scroll[i], m.ctx.scrollMax[i] = 0, 0
+		return lines
+	}
+	t := m.ctx.theme
+	m.ctx.scrollMax[i] = len(lines) - rows
+	off := min(max(m.ctx.scroll[i], 0), m.ctx.scrollMax[i])
+	m.ctx.scroll[i] = off
+	out := append([]string(nil), lines[off:off+rows]...)
+	if off > 0 {
+		above := fmt.Sprintf("↑ %d line", off)
+		if off > 1 {
+			above += "s"
+		}
+		out[0] = t.render(t.dim, fit(above+" above", w))
+	}
+	if below := len(lines) - off - rows; below > 0 {
+		hint := "↓/j"
+		if i != m.focus {
+			hint = fmt.Sprintf("%d, then ↓/j", i+1)
+		}
+		more := fmt.Sprintf("↓ %d more line", below)
+		if below > 1 {
+			more += "s"
+		}
+		out[rows-1] = t.render(t.dim, fit(more+" ("+hint+")", w))
+	}
+	return out
 }
 
 // grid lays out every pane: waterfall and charts on top, requests and

@@ -69,6 +69,10 @@ type programContext struct {
 	// that, the latest run's diagnosis is provisional while its cold
 	// window is open (state.provisional).
 	ended bool
+	// scroll is each text pane's first shown line (panes taller than
+	// their box: the Diagnosis pane at 80×24); scrollMax the largest
+	// offset the last frame had room for, which keys clamp to.
+	scroll, scrollMax [numPanes]int
 	// boxes and charts memoize rendered panes and plots, so a frame
 	// redrawn for a clock tick or a batch of samples re-renders only what
 	// those changed (an idle target redraws every second).
@@ -86,6 +90,7 @@ type boxKey struct {
 	focused         bool
 	title           string
 	ended           bool
+	scroll          int
 }
 
 type boxMemo struct {

@@ -59,6 +59,8 @@ func (m Model) onKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case m.focusedKeys(msg):
 		// The focused pane's own keys (the log's scroll and matches).
+	case m.scrollKey(msg):
+		// A text pane taller than its box (the Diagnosis pane at 80×24).
 	case key.Matches(msg, k.ColdRun):
 		m.control("new cold run", func(c Controller) string { c.NewColdRun(); return "new cold run started" })
 	case key.Matches(msg, k.WarmProbe):
@@ -180,4 +182,33 @@ func (m *Model) replayKey(msg tea.KeyMsg) {
 	case key.Matches(msg, k.FwdLong):
 		seek(30 * time.Second)
 	}
+}
+
+// scrollKey moves the focused text pane's scroll offset for ↑/↓, page
+// up/down, g and G, and reports whether msg was one of them.
+func (m *Model) scrollKey(msg tea.KeyMsg) bool {
+	i, k := m.focus, m.ctx.keys
+	if !scrollable(i) {
+		return false
+	}
+	page := max(m.ctx.height/3, 1)
+	off := m.ctx.scroll[i]
+	switch {
+	case key.Matches(msg, k.Up):
+		off--
+	case key.Matches(msg, k.Down):
+		off++
+	case key.Matches(msg, k.PageUp):
+		off -= page
+	case key.Matches(msg, k.PageDown):
+		off += page
+	case key.Matches(msg, k.Top):
+		off = 0
+	case key.Matches(msg, k.Bottom):
+		off = m.ctx.scrollMax[i]
+	default:
+		return false
+	}
+	m.ctx.scroll[i] = min(max(off, 0), m.ctx.scrollMax[i])
+	return true
 }

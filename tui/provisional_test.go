@@ -67,3 +67,46 @@ func TestDiagnosisProvisionalWhileColdWindowOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnosisPaneScrolls: at 80×24 the Diagnosis pane holds more lines
+// than its box; it says how many are below, ↓/j and G reach them, and g
+// returns to the top. A pane that fits (zoomed on a tall terminal) shows
+// no scroll line.
+func TestDiagnosisPaneScrolls(t *testing.T) {
+	m := NewModel(Options{Header: loadFixture(t).Header, NoColor: true})
+	m.applyEvents(loadFixture(t).Events)
+	m.analyzeNow(true)
+	mm, _ := m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	m = press(mm.(Model), "4")
+	pane := func(m Model) []string {
+		f := m.frame(80, 24)
+		return f[3 : len(f)-2] // inside the focused pane's box, below the header
+	}
+	top := pane(m)
+	if !strings.Contains(top[len(top)-1], "more lines (") || strings.Contains(top[0], "above") {
+		t.Fatalf("top of the pane: first %q, last %q; want a 'more' line last and none above", top[0], top[len(top)-1])
+	}
+	m = press(m, "j")
+	if one := pane(m); !strings.Contains(one[0], "↑ 1 line above") || one[1] != top[2] {
+		t.Errorf("after j: first rows %q, %q; want '↑ 1 line above' then the third line of the top view %q", one[0], one[1], top[2])
+	}
+	m = press(m, "G")
+	bottom := pane(m)
+	if strings.Contains(bottom[len(bottom)-1], "more (") || !strings.Contains(bottom[0], "above") {
+		t.Errorf("after G: first %q, last %q; want the end shown", bottom[0], bottom[len(bottom)-1])
+	}
+	m = press(m, "j") // past the end stays at the end
+	if got := pane(m); strings.Join(got, "\n") != strings.Join(bottom, "\n") {
+		t.Error("j at the bottom moved the pane")
+	}
+	m = press(m, "g")
+	if got := pane(m); strings.Join(got, "\n") != strings.Join(top, "\n") {
+		t.Error("g did not return to the top")
+	}
+	mm, _ = m.Update(tea.WindowSizeMsg{Width: 200, Height: 120})
+	for _, l := range press(mm.(Model), "z").frame(200, 120) {
+		if strings.Contains(l, "more (") && strings.Contains(l, "↓/j") {
+			t.Errorf("a pane that fits its box shows %q", l)
+		}
+	}
+}
