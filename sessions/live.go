@@ -87,6 +87,13 @@ func StartLive(h Header, o LiveOptions) (*Live, error) {
 			return nil, fmt.Errorf("%w; pass --record FILE elsewhere, or --no-record", err)
 		}
 		l.rec = rec
+		if o.Record == "" {
+			// The sessions directory's latest.jsonl: a convenience, so a
+			// failure is said but does not stop the recording.
+			if err := LinkLatest(path); err != nil && o.Progress != nil {
+				fmt.Fprintf(o.Progress, "treni-top: %v\n", err)
+			}
+		}
 		l.consume(rec.Record)
 	}
 	if o.KeepEvents {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -238,5 +239,50 @@ func TestFailure(t *testing.T) {
 		Marker: &trace.Marker{Name: trace.MarkerRunFailed, Attrs: trace.Attrs{"error": "target not healthy after 10m0s"}}})
 	if err := Failure(failed); err == nil || err.Error() != "the cold run failed: target not healthy after 10m0s" {
 		t.Errorf("failed run: %v", err)
+	}
+}
+
+// A session recorded under the default directory becomes latest.jsonl
+// there, replaced by the next one; a --record elsewhere leaves it alone,
+// and a user's own file of that name is never overwritten.
+func TestLatestLink(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("XDG_DATA_HOME", data)
+	dir := filepath.Join(data, "treni-top", "sessions")
+	latest := filepath.Join(dir, LatestName)
+	record := func(o LiveOptions, at int64) string {
+		l, err := StartLive(NewHeader("test", time.Unix(at, 0), Target{Kind: TargetBuiltin}), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		return l.Path()
+	}
+	first := record(LiveOptions{Label: "one"}, 1)
+	if got, err := os.Readlink(latest); err != nil || got != filepath.Base(first) {
+		t.Fatalf("latest → %q (%v), want %s", got, err, filepath.Base(first))
+	}
+	second := record(LiveOptions{Label: "two"}, 2)
+	record(LiveOptions{Record: filepath.Join(t.TempDir(), "elsewhere.jsonl")}, 3)
+	if got, _ := os.Readlink(latest); got != filepath.Base(second) {
+		t.Fatalf("latest → %q, want %s", got, filepath.Base(second))
+	}
+	if s, err := Open(latest); err != nil || s.Header.Created.Unix() != 2 {
+		t.Fatalf("latest reads %v", err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(dir, ".latest-*")); len(leftovers) != 0 {
+		t.Fatalf("temporary links left: %v", leftovers)
+	}
+	os.Remove(latest)
+	if err := os.WriteFile(latest, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := LinkLatest(second); err == nil {
+		t.Fatal("a regular latest.jsonl was replaced")
+	}
+	if b, _ := os.ReadFile(latest); string(b) != "mine" {
+		t.Fatalf("the user's file now holds %q", b)
 	}
 }
