@@ -342,60 +342,6 @@ func TestChromeExportHasPerfettoFields(t *testing.T) {
 	}
 }
 
-func TestDiffNoiseAware(t *testing.T) {
-	dir := t.TempDir()
-	open := func(name string, evs []trace.Event) *Session {
-		s, err := Open(writeSession(t, dir, name, evs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	// Three quiet base runs and three quiet runs 30% slower: flagged.
-	var base, slow []*Session
-	for i, j := range []float64{1.0, 1.01, 0.99} {
-		base = append(base, open("b"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, j, warm5)))
-		slow = append(slow, open("n"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, 1.3*j, warm5)))
-	}
-	res, err := Diff(base, slow, DiffOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := findRow(t, res, "stage/page_cache")
-	if row.Verdict != DiffRegression || row.Change < 0.29 || row.Change > 0.31 {
-		t.Fatalf("30%% slowdown outside spread: %+v", row)
-	}
-	if res.Regressions == 0 || !strings.HasPrefix(res.Text(), "REGRESSION") {
-		t.Fatalf("no regression called:\n%s", res.Text())
-	}
-	if w := findRow(t, res, "warm_ttft"); w.Verdict == DiffRegression {
-		t.Fatalf("warm TTFT did not change but was flagged: %+v", w)
-	}
-	// Noisy sides (runs spread over ±40%) with a 30% median shift: not
-	// flagged, the spread swallows it.
-	var noisyBase, noisyNew []*Session
-	for i, j := range []float64{0.7, 1.0, 1.4} {
-		noisyBase = append(noisyBase, open("nb"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, j, warm5)))
-		noisyNew = append(noisyNew, open("nn"+strconv.Itoa(i)+".jsonl", coldRun(0, 0, 1.3*j, warm5)))
-	}
-	res, err = Diff(noisyBase, noisyNew, DiffOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	row = findRow(t, res, "stage/page_cache")
-	if row.Verdict != DiffNoise || row.Change < 0.29 {
-		t.Fatalf("30%% inside a noisy spread: %+v", row)
-	}
-	if res.Regressions != 0 {
-		t.Fatalf("regression called inside noise:\n%s", res.Text())
-	}
-	// Unusable input.
-	empty := &Session{Header: base[0].Header}
-	if _, err := Diff([]*Session{empty}, slow, DiffOptions{}); !errors.Is(err, ErrUnusable) {
-		t.Fatalf("empty base: %v", err)
-	}
-}
-
 func findRow(t *testing.T, res DiffResult, metric string) DiffRow {
 	t.Helper()
 	for _, r := range res.Rows {

@@ -50,26 +50,42 @@ func TestVersion(t *testing.T) {
 }
 
 // diff's exit codes are its CI contract: 0 no regression, 1 regression,
-// 2 unusable input.
+// 2 unusable input; its inputs are what a shell makes (comma lists, quoted
+// globs, directories, files after --against).
 func TestDiffExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	header := `{"format":"treni-top-session","version":"1.0","tool_version":"t","created":"2026-11-22T00:00:00Z","host":{"hostname":"h","os":"linux","arch":"amd64","cpus":2},"target":{"kind":"builtin"}}`
-	session := func(name string, ms int) string {
-		return write(name, header+"\n"+
-			`{"t":0,"kind":"process","process":{"action":"start","pid":1}}`+"\n"+
-			`{"t":`+strconv.Itoa(ms*1e6)+`,"kind":"stage","stage":{"name":"page_cache","start":0,"end":`+strconv.Itoa(ms*1e6)+`}}`+"\n"+
-			`{"t":`+strconv.Itoa(ms*1e6)+`,"kind":"marker","marker":{"name":"healthy"}}`+"\n")
+	// A session of cold runs whose page_cache takes ms + run index (a
+	// little spread, no ties), each ending healthy.
+	session := func(name string, ms int, runs int) string {
+		body := header + "\n"
+		for r := 0; r < runs; r++ {
+			at := r * 10_000_000_000
+			dur := (ms + r) * 1_000_000
+			run := strconv.Itoa(r)
+			body += `{"t":` + strconv.Itoa(at) + `,"run":` + run + `,"kind":"process","process":{"action":"start","pid":1}}` + "\n" +
+				`{"t":` + strconv.Itoa(at+dur) + `,"run":` + run + `,"kind":"stage","stage":{"name":"page_cache","start":` + strconv.Itoa(at) + `,"end":` + strconv.Itoa(at+dur) + `}}` + "\n" +
+				`{"t":` + strconv.Itoa(at+dur) + `,"run":` + run + `,"kind":"marker","marker":{"name":"healthy"}}` + "\n"
+		}
+		return write(name, body)
 	}
-	base := session("base.jsonl", 100)
-	same := session("same.jsonl", 101)
-	slow := session("slow.jsonl", 150)
+	base := session("base.jsonl", 100, 5)
+	same := session("same.jsonl", 101, 5)
+	slow := session("slow.jsonl", 150, 5)
+	one := session("one.jsonl", 100, 1)
+	oneSlow := session("one-slow.jsonl", 150, 1)
+	session("pr/a.jsonl", 150, 2)
+	session("pr/b.jsonl", 152, 3)
 	garbage := write("garbage.jsonl", "not a session\n")
 	for _, c := range []struct {
 		args []string
@@ -78,10 +94,26 @@ func TestDiffExitCodes(t *testing.T) {
 		{[]string{"diff", base, "--against", same}, 0},
 		{[]string{"diff", base, "--against", slow}, 1},
 		{[]string{"diff", base, "--against", slow, "--threshold", "0.6"}, 0},
+		{[]string{"diff", base, "--against", slow, "--min-delta", "1s"}, 0},
+		{[]string{"diff", base, "--against", slow, "--alpha=0.001"}, 0},
 		{[]string{"diff", base, "--against", slow, "--json"}, 1},
+		{[]string{"diff", base, "--against", slow, "--format", "markdown"}, 1},
+		{[]string{"diff", "--against", slow, base}, 1},
+		// 1 run per side: +50% is no verdict, not a regression.
+		{[]string{"diff", one, "--against", oneSlow}, 0},
+		// Five runs in two files, as a directory, a glob, a comma list
+		// and two arguments.
+		{[]string{"diff", base, "--against", filepath.Join(dir, "pr")}, 1},
+		{[]string{"diff", base, "--against", filepath.Join(dir, "pr", "*.jsonl")}, 1},
+		{[]string{"diff", base, "--against", filepath.Join(dir, "pr", "a.jsonl") + "," + filepath.Join(dir, "pr", "b.jsonl")}, 1},
+		{[]string{"diff", base, "--against", filepath.Join(dir, "pr", "a.jsonl"), filepath.Join(dir, "pr", "b.jsonl")}, 1},
 		{[]string{"diff", base, "--against", garbage}, 2},
 		{[]string{"diff", base}, 2},
 		{[]string{"diff", base, "--against", filepath.Join(dir, "missing.jsonl")}, 2},
+		{[]string{"diff", base, "--against", filepath.Join(dir, "*.none")}, 2},
+		{[]string{"diff", base, "--against", slow, "--format", "xml"}, 2},
+		{[]string{"diff", base, "--against", slow, "--alpha", "0.7"}, 2},
+		{[]string{"diff", base, "--against", slow, "--min-delta", "5"}, 2},
 		{[]string{"report", garbage}, 2},
 		{[]string{"report", base, "--format", "nope"}, 2},
 	} {
