@@ -248,10 +248,14 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 	}
 	res.Rows = buildRows(bs, ns)
 	judgeRows(&res, opts)
+	var facts *[2]sideEvidence // diagnosed once, when a row needs it
 	for i := range res.Rows {
 		r := &res.Rows[i]
 		if r.Verdict == DiffRegression || r.Verdict == DiffSlower && explainsLoading(r.Metric) {
-			r.Why = explainRegression(r.Metric, base, new)
+			if facts == nil {
+				facts = &[2]sideEvidence{sideFacts(base), sideFacts(new)}
+			}
+			r.Why = explainRegression(r.Metric, facts[0], facts[1])
 		}
 	}
 	summarizeDiff(&res)
@@ -527,9 +531,8 @@ func explainsLoading(metric string) bool {
 // explainRegression says in words what the diagnosis saw differently on the
 // two sides: the page-cache state for loading metrics, the dominant term
 // otherwise.
-func explainRegression(metric string, base, new []*Session) string {
-	bf, bd := sideFacts(base)
-	nf, nd := sideFacts(new)
+func explainRegression(metric string, base, new sideEvidence) string {
+	bf, bd, nf, nd := base.resident, base.dominant, new.resident, new.dominant
 	loading := explainsLoading(metric)
 	if loading && bf >= 0 && nf >= 0 && nf < ColdResidency && bf >= WarmResidency {
 		return fmt.Sprintf("the page cache was cold in NEW, %.0f%% of the weights resident against %.0f%% in BASE", 100*nf, 100*bf)
@@ -549,9 +552,16 @@ func explainRegression(metric string, base, new []*Session) string {
 	return ""
 }
 
-// sideFacts returns the median residency before launch (−1 if unknown) and
-// the most common dominant-hypothesis description of a side's runs.
-func sideFacts(ss []*Session) (float64, string) {
+// sideEvidence is what the diagnosis says of a side's runs: the median
+// residency before launch (−1 if unknown) and the most common dominant
+// hypothesis ("" if none).
+type sideEvidence struct {
+	resident float64
+	dominant string
+}
+
+// sideFacts diagnoses every run of a side.
+func sideFacts(ss []*Session) sideEvidence {
 	var res []float64
 	votes := map[string]int{}
 	for _, s := range ss {
@@ -573,9 +583,9 @@ func sideFacts(ss []*Session) (float64, string) {
 		}
 	}
 	if len(res) == 0 {
-		return -1, best
+		return sideEvidence{-1, best}
 	}
-	return stat.Summarize(res).Median, best
+	return sideEvidence{stat.Summarize(res).Median, best}
 }
 
 func orNone(s string) string {
