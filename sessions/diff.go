@@ -193,6 +193,10 @@ type DiffResult struct {
 	New      []string `json:"new"`
 	BaseRuns int      `json:"base_runs"`
 	NewRuns  int      `json:"new_runs"`
+	// BaseFailed and NewFailed count the runs left out because they failed
+	// before completing their cold sequence (run_failed).
+	BaseFailed int `json:"base_failed,omitempty"`
+	NewFailed  int `json:"new_failed,omitempty"`
 	// Verdict is REGRESSION (a headline metric regressed), OK (none did)
 	// or ~ (the runs are too few to tell); Summary says it in sentences,
 	// the headline first.
@@ -221,8 +225,9 @@ var ErrUnusable = errors.New("unusable input")
 // side is one side's samples: for every metric, the values of each run
 // that has it (one for a cold metric, one per warm request for a warm one).
 type side struct {
-	runs int
-	vals map[string][][]float64
+	runs   int
+	failed int // runs left out: they did not complete their cold sequence
+	vals   map[string][][]float64
 }
 
 // Diff compares sessions. Every cold run of every session of a side is one
@@ -240,11 +245,12 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 	}
 	bs, ns := collectSide(base), collectSide(new)
 	res.BaseRuns, res.NewRuns = bs.runs, ns.runs
+	res.BaseFailed, res.NewFailed = bs.failed, ns.failed
 	if bs.runs == 0 {
-		return res, fmt.Errorf("%w: the base sessions contain no run to compare", ErrUnusable)
+		return res, fmt.Errorf("%w: the base sessions contain no complete run to compare%s", ErrUnusable, failedPhrase(bs.failed))
 	}
 	if ns.runs == 0 {
-		return res, fmt.Errorf("%w: the new sessions contain no run to compare", ErrUnusable)
+		return res, fmt.Errorf("%w: the new sessions contain no complete run to compare%s", ErrUnusable, failedPhrase(ns.failed))
 	}
 	res.Rows = buildRows(bs, ns)
 	judgeRows(&res, opts)
@@ -267,6 +273,12 @@ func collectSide(ss []*Session) side {
 	sd := side{vals: map[string][][]float64{}}
 	for _, s := range ss {
 		for _, run := range s.Runs() {
+			if run.Failed != "" {
+				// Its numbers stop where it failed: a sample of
+				// nothing in particular.
+				sd.failed++
+				continue
+			}
 			sd.runs++
 			for k, v := range runMetrics(run) {
 				sd.vals[k] = append(sd.vals[k], v)
@@ -710,6 +722,14 @@ func sortedByShift(rows []DiffRow) []DiffRow {
 		return 0
 	})
 	return s
+}
+
+// failedPhrase is " (2 failed runs left out)", or "" for none.
+func failedPhrase(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d failed run%s left out)", n, plural(n))
 }
 
 // coldRunsPhrase is "1 cold run per side" or "2 (BASE) and 5 (NEW) cold

@@ -355,3 +355,39 @@ func TestExpandPaths(t *testing.T) {
 		}
 	}
 }
+
+// A run that failed before completing its cold sequence (run_failed) is
+// not a sample: its numbers stop where it failed. It is left out and
+// counted; a side with nothing else is unusable.
+func TestDiffLeavesOutFailedRuns(t *testing.T) {
+	dir := t.TempDir()
+	failed := func(run int) trace.Event {
+		return trace.Event{At: time.Duration(run)*20*time.Second + time.Millisecond, Run: run, Kind: trace.KindMarker,
+			Marker: &trace.Marker{Name: trace.MarkerRunFailed, Attrs: trace.Attrs{"error": "never healthy"}}}
+	}
+	var evs []trace.Event
+	for i, sc := range repeat(demoLike(), 6) {
+		evs = append(evs, inRun(sc.events(), i, time.Duration(i)*20*time.Second)...)
+	}
+	evs = append(evs, failed(5))
+	trace.SortEvents(evs)
+	ns, err := Open(writeSession(t, dir, "n.jsonl", evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := runsSession(t, dir, "b.jsonl", repeat(demoLike(), 5))
+	res, err := Diff([]*Session{bs}, []*Session{ns}, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NewRuns != 5 || res.NewFailed != 1 || !strings.Contains(res.Text(), "new:  5 cold runs (1 failed run left out) in 1 file") {
+		t.Fatalf("runs %d failed %d:\n%s", res.NewRuns, res.NewFailed, res.Text())
+	}
+	only, err := Open(writeSession(t, dir, "f.jsonl", append(inRun(demoLike().events(), 0, 0), failed(0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Diff([]*Session{bs}, []*Session{only}, DiffOptions{}); !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "1 failed run left out") {
+		t.Fatalf("a side of failed runs: %v", err)
+	}
+}
