@@ -196,9 +196,9 @@ func TestDiffTooFewRuns(t *testing.T) {
 			t.Fatalf("summary %q", res.Summary[0])
 		}
 	}
-	// A stall of seconds: ≥5× and ≥500 ms on one run per side.
+	// A stall of seconds: ≥20× and ≥5 s on one run per side.
 	stalled := demoLike()
-	stalled.coldTTFT = 3000
+	stalled.coldTTFT = 8000
 	res, err := Diff([]*Session{runsSession(t, dir, "b.jsonl", repeat(demoLike(), 1))},
 		[]*Session{runsSession(t, dir, "n.jsonl", repeat(stalled, 1))}, DiffOptions{})
 	if err != nil {
