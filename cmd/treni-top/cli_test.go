@@ -114,6 +114,8 @@ func TestDiffExitCodes(t *testing.T) {
 		{[]string{"diff", base, "--against", slow, "--format", "xml"}, 2},
 		{[]string{"diff", base, "--against", slow, "--alpha", "0.7"}, 2},
 		{[]string{"diff", base, "--against", slow, "--min-delta", "5"}, 2},
+		{[]string{"diff", base, "--against", slow, "--min-delta", "0s"}, 2},
+		{[]string{"diff", base, "--against", slow, "--threshold", "0"}, 2},
 		{[]string{"report", garbage}, 2},
 		{[]string{"report", base, "--format", "nope"}, 2},
 	} {

@@ -117,11 +117,11 @@ func (f diffFlags) options() (sessions.DiffOptions, string, error) {
 	if f.alpha <= 0 || f.alpha >= 0.5 {
 		return o, "", fmt.Errorf("--alpha %v is out of range: give a level such as 0.05", f.alpha)
 	}
-	if f.threshold < 0 || f.threshold > 10 {
-		return o, "", fmt.Errorf("--threshold %v is out of range: give a fraction such as 0.1 for 10%%", f.threshold)
+	if f.threshold <= 0 || f.threshold > 10 {
+		return o, "", fmt.Errorf("--threshold %v is out of range: give a fraction such as 0.1 for 10%% (0.001 for almost none)", f.threshold)
 	}
-	if f.minDelta < 0 {
-		return o, "", fmt.Errorf("--min-delta %v is negative: give a duration such as 5ms", f.minDelta)
+	if f.minDelta <= 0 {
+		return o, "", fmt.Errorf("--min-delta %v: give a positive duration such as 5ms (1us for almost none)", f.minDelta)
 	}
 	format := f.format
 	if f.asJSON {
