@@ -214,7 +214,7 @@ var ErrUnusable = errors.New("unusable input")
 // side is one side's samples: for every metric, the values of each run
 // that has it (one for a cold metric, one per warm request for a warm one).
 type side struct {
-	runs   int
+	runs   int // cold starts; a wake is a sample of its own metrics only
 	failed int // runs left out: they did not complete their cold sequence
 	vals   map[string][][]float64
 }
@@ -268,9 +268,14 @@ func collectSide(ss []*Session) side {
 				sd.failed++
 				continue
 			}
-			sd.runs++
+			if run.Wake == nil {
+				sd.runs++
+			}
+			// A wake's metrics are its own (Wake.metricPrefix): a wake
+			// and a cold start are different things to compare.
+			w := run.Wake.metricPrefix()
 			for k, v := range runMetrics(run) {
-				sd.vals[k] = append(sd.vals[k], v)
+				sd.vals[w+k] = append(sd.vals[w+k], v)
 			}
 		}
 	}
@@ -331,40 +336,90 @@ func runMetrics(run Run) map[string][]float64 {
 	return m
 }
 
-// buildRows makes one row per metric seen on either side, headline first,
-// then the secondary request metrics, then the stages in taxonomy order
-// (a stage's parts right after it, unattributed last).
+// buildRows makes one row per metric seen on either side: the cold start's
+// rows, headline first, then the secondary request metrics, then the
+// stages in taxonomy order (a stage's parts right after it, unattributed
+// last); then each wake level's rows in the same order.
 func buildRows(bs, ns side) []DiffRow {
-	names := map[string]bool{}
-	for k := range bs.vals {
-		names[k] = true
-	}
-	for k := range ns.vals {
-		names[k] = true
-	}
-	var rows []DiffRow
-	for _, mi := range metricInfo {
-		if names[mi.key] {
-			rows = append(rows, newRow(mi.key, mi.label, mi.role, mi.perToken, bs, ns))
-			delete(names, mi.key)
+	groups := map[string]map[string]bool{} // wake prefix → unprefixed names
+	for _, vals := range []map[string][][]float64{bs.vals, ns.vals} {
+		for k := range vals {
+			w, rest := splitWake(k)
+			if groups[w] == nil {
+				groups[w] = map[string]bool{}
+			}
+			groups[w][rest] = true
 		}
 	}
-	var stages []string
-	for k := range names {
-		stages = append(stages, k)
+	prefixes := make([]string, 0, len(groups))
+	for w := range groups {
+		prefixes = append(prefixes, w)
 	}
-	sort.Slice(stages, func(i, j int) bool {
-		oi, oj := stageOrder(stages[i]), stageOrder(stages[j])
-		return oi < oj || oi == oj && stages[i] < stages[j]
-	})
-	for _, k := range stages {
-		rows = append(rows, newRow(k, strings.TrimPrefix(k, "stage/"), RoleStage, false, bs, ns))
+	slices.Sort(prefixes) // "" (the cold start) first, then wake_l1/, wake_l2/
+	var rows []DiffRow
+	for _, w := range prefixes {
+		names := groups[w]
+		for _, mi := range metricInfo {
+			if names[mi.key] {
+				rows = append(rows, newRow(w, mi.key, mi.label, wakeRole(w, mi.key, mi.role), mi.perToken, bs, ns))
+				delete(names, mi.key)
+			}
+		}
+		var stages []string
+		for k := range names {
+			stages = append(stages, k)
+		}
+		sort.Slice(stages, func(i, j int) bool {
+			oi, oj := stageOrder(stages[i]), stageOrder(stages[j])
+			return oi < oj || oi == oj && stages[i] < stages[j]
+		})
+		for _, k := range stages {
+			rows = append(rows, newRow(w, k, strings.TrimPrefix(k, "stage/"), RoleStage, false, bs, ns))
+		}
 	}
 	return rows
 }
 
-func newRow(key, label, role string, perToken bool, bs, ns side) DiffRow {
-	r := DiffRow{Metric: key, Label: label, Role: role, perToken: perToken}
+// splitWake splits a metric into its wake prefix ("wake_l1/", or "" for
+// the cold start's) and the metric.
+func splitWake(metric string) (prefix, rest string) {
+	if !strings.HasPrefix(metric, "wake_l") {
+		return "", metric
+	}
+	if i := strings.IndexByte(metric, '/'); i >= 0 {
+		return metric[:i+1], metric[i+1:]
+	}
+	return "", metric
+}
+
+// withoutWake is the metric without its wake prefix.
+func withoutWake(metric string) string {
+	_, m := splitWake(metric)
+	return m
+}
+
+// wakeRole is a metric's role within a wake: the wake to its first token
+// is a headline metric (what scale to zero costs a user); the wake's
+// requests explain it, as secondary rows.
+func wakeRole(prefix, key, role string) string {
+	if prefix == "" || role != RoleHeadline || strings.HasPrefix(key, "cold_total/") {
+		return role
+	}
+	return RoleSecondary
+}
+
+// wakeLabel is "wake L1 first token" for a wake's "cold first token".
+func wakeLabel(prefix, label string) string {
+	if prefix == "" {
+		return label
+	}
+	lvl := strings.TrimSuffix(strings.TrimPrefix(prefix, "wake_l"), "/")
+	return "wake L" + lvl + " " + strings.TrimPrefix(label, "cold ")
+}
+
+func newRow(prefix, key, label, role string, perToken bool, bs, ns side) DiffRow {
+	key = prefix + key
+	r := DiffRow{Metric: key, Label: wakeLabel(prefix, label), Role: role, perToken: perToken}
 	var all []float64
 	for _, v := range bs.vals[key] {
 		all = append(all, v...)

@@ -13,6 +13,9 @@ import (
 // explainsLoading reports whether the residency evidence speaks to a
 // metric: the cold start as a whole, and the stages that load weights.
 func explainsLoading(metric string) bool {
+	if w, _ := splitWake(metric); w != "" {
+		return false // a wake restores weights from memory, not from files
+	}
 	return metric == "stage/"+string(trace.StagePageCache) || strings.HasPrefix(metric, "stage/"+string(trace.StageDecoderTensorUpload)) ||
 		metric == "stage/"+string(trace.StageModelLoad) || strings.HasPrefix(metric, "cold_")
 }
@@ -21,6 +24,9 @@ func explainsLoading(metric string) bool {
 // two sides: the page-cache state for loading metrics, the dominant term
 // otherwise.
 func explainRegression(metric string, base, new sideEvidence) string {
+	if w, _ := splitWake(metric); w != "" {
+		return "" // the diagnosis speaks of the cold start
+	}
 	bf, bd, nf, nd := base.resident, base.dominant, new.resident, new.dominant
 	loading := explainsLoading(metric)
 	if loading && bf >= 0 && nf >= 0 && nf < ColdResidency && bf >= WarmResidency {
@@ -130,7 +136,8 @@ func summarizeDiff(res *DiffResult) {
 	// Stages that moved while the cold start did not regress: reported,
 	// never a regression on their own.
 	if !slices.ContainsFunc(headline, func(r DiffRow) bool {
-		return r.Verdict == DiffRegression && strings.HasPrefix(r.Metric, "cold_total/")
+		_, m := splitWake(r.Metric)
+		return r.Verdict == DiffRegression && strings.HasPrefix(m, "cold_total/")
 	}) {
 		var moved []string
 		for _, r := range res.Rows {
@@ -161,7 +168,7 @@ func headlineSentence(r DiffRow, rows []DiffRow) string {
 	} else {
 		s += fmt.Sprintf(" (%s, p=%s)", percent(r.Change), formatP(r.PAdjusted))
 	}
-	if strings.HasPrefix(r.Metric, "cold_total/") {
+	if _, m := splitWake(r.Metric); strings.HasPrefix(m, "cold_total/") {
 		s += ": " + explainByStages(r, rows)
 	}
 	if r.Why != "" {
@@ -171,12 +178,15 @@ func headlineSentence(r DiffRow, rows []DiffRow) string {
 }
 
 // explainByStages names the stages that moved the same way as a cold-start
-// regression, each with its share of the shift. A stage's parts
-// (read_wait) are inside it and not counted again.
+// (or wake) regression, each with its share of the shift: the stages of
+// the same kind of run. A stage's parts (read_wait) are inside it and not
+// counted again.
 func explainByStages(head DiffRow, rows []DiffRow) string {
 	var parts []string
+	hw, _ := splitWake(head.Metric)
 	for _, r := range sortedByShift(rows) {
-		if r.Role != RoleStage || r.Verdict != DiffSlower || strings.Contains(strings.TrimPrefix(r.Metric, "stage/"), ".") {
+		w, m := splitWake(r.Metric)
+		if w != hw || r.Role != RoleStage || r.Verdict != DiffSlower || strings.Contains(strings.TrimPrefix(m, "stage/"), ".") {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s ms explains %.0f%%", r.Label, signedMS(r.ShiftMS), 100*r.ShiftMS/head.ShiftMS))

@@ -245,9 +245,9 @@ func triple(s Stats) string {
 	case s.N == 0:
 		return "—"
 	case s.Min == s.Max:
-		return stat.FormatMS(s.Min)
+		return stat.FormatMeasuredMS(s.Min)
 	}
-	return fmt.Sprintf("%s/%s/%s", stat.FormatMS(s.Min), stat.FormatMS(s.Median), stat.FormatMS(s.Max))
+	return fmt.Sprintf("%s/%s/%s", stat.FormatMeasuredMS(s.Min), stat.FormatMeasuredMS(s.Median), stat.FormatMeasuredMS(s.Max))
 }
 
 func tripleMD(s Stats) string {
@@ -255,7 +255,7 @@ func tripleMD(s Stats) string {
 	case s.N == 0:
 		return "—"
 	case s.Min == s.Max:
-		return stat.FormatMS(s.Min)
+		return stat.FormatMeasuredMS(s.Min)
 	}
-	return fmt.Sprintf("%s / %s / %s", stat.FormatMS(s.Min), stat.FormatMS(s.Median), stat.FormatMS(s.Max))
+	return fmt.Sprintf("%s / %s / %s", stat.FormatMeasuredMS(s.Min), stat.FormatMeasuredMS(s.Median), stat.FormatMeasuredMS(s.Max))
 }

@@ -111,7 +111,9 @@ func sessionsIn(dir string) ([]string, error) {
 	return out, nil
 }
 
-// OpenAll expands args with ExpandPaths and reads every session named.
+// OpenAll expands args with ExpandPaths and reads what a diff needs of
+// every session named (OpenDigest: bounded memory whatever the files'
+// size).
 func OpenAll(args []string) ([]*Session, error) {
 	paths, err := ExpandPaths(args)
 	if err != nil {
@@ -119,7 +121,7 @@ func OpenAll(args []string) ([]*Session, error) {
 	}
 	out := make([]*Session, 0, len(paths))
 	for _, p := range paths {
-		s, err := Open(p)
+		s, err := OpenDigest(p)
 		if err != nil {
 			return nil, err
 		}

@@ -73,7 +73,7 @@ func judge(r *DiffRow, o DiffOptions, family int) {
 	case r.NewRuns == 0:
 		r.Verdict = DiffOnlyBase
 		return
-	case r.Metric == metricResidencyCheck:
+	case withoutWake(r.Metric) == metricResidencyCheck:
 		r.Verdict = DiffResidencyCheck
 		r.Why = "the page_cache stage only checked residency: the weights were read inside " +
 			string(trace.StageDecoderTensorUpload) + ", whose read_wait row is the reading"

@@ -38,7 +38,8 @@ func wakeSession(coldMS, wakeMS float64) *Session {
 // TestWakeRuns: a wake run carries its place and level, its cold window
 // starts at the wake (the sleep that ended the run before stays there),
 // the report names it, and diff keeps its metrics apart from a cold
-// start's, after them.
+// start's, after them: a wake is a sample of the wake's metrics, not a
+// cold run.
 func TestWakeRuns(t *testing.T) {
 	s := wakeSession(400, 150)
 	runs := s.Runs()
@@ -59,18 +60,36 @@ func TestWakeRuns(t *testing.T) {
 	if !strings.Contains(md, "## Run 1: wake 1/3 (level 1): 157.0 ms (wake → first token)") {
 		t.Errorf("report:\n%s", md)
 	}
-	d, err := Diff([]*Session{s}, []*Session{wakeSession(400, 300)}, DiffOptions{})
+	// Five sessions a side (each a cold start and a wake): the wake's
+	// restore doubled, the cold start did not move.
+	var base, slow []*Session
+	for i := range 5 {
+		base = append(base, wakeSession(400+float64(i), 150+float64(i)))
+		slow = append(slow, wakeSession(400+float64(i), 300+float64(i)))
+	}
+	d, err := Diff(base, slow, DiffOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var order []string
 	verdict := map[string]string{}
+	label := map[string]string{}
 	for _, r := range d.Rows {
 		order = append(order, r.Metric)
 		verdict[r.Metric] = r.Verdict
+		label[r.Metric] = r.Label
 	}
-	if verdict["wake_l1/stage/weights_restore"] != DiffRegression || verdict["stage/decoder_tensor_upload"] != DiffUnchanged {
+	if d.BaseRuns != 5 || d.NewRuns != 5 {
+		t.Errorf("cold runs %d/%d, want 5/5: a wake is not a cold start", d.BaseRuns, d.NewRuns)
+	}
+	if verdict["wake_l1/cold_total/first_token"] != DiffRegression || label["wake_l1/cold_total/first_token"] != "wake L1 first token" ||
+		verdict["wake_l1/stage/weights_restore"] != DiffSlower ||
+		verdict["cold_total/first_token"] != DiffNoChange || verdict["stage/decoder_tensor_upload"] != DiffNoChange {
 		t.Errorf("verdicts %v", verdict)
+	}
+	if d.Verdict != VerdictRegression || len(d.Summary) == 0 || !strings.Contains(d.Summary[0], "wake L1 first token") ||
+		!strings.Contains(d.Summary[0], "weights_restore") || strings.Contains(d.Summary[0], "decoder_tensor_upload") {
+		t.Errorf("verdict %s, summary %q: the wake's regression explained by the wake's stages", d.Verdict, d.Summary)
 	}
 	if _, ok := verdict["stage/weights_restore"]; ok {
 		t.Error("the wake's weights_restore is mixed into the cold start's stages")
