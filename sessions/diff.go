@@ -186,6 +186,11 @@ type DiffResult struct {
 	// before completing their cold sequence (run_failed).
 	BaseFailed int `json:"base_failed,omitempty"`
 	NewFailed  int `json:"new_failed,omitempty"`
+	// BaseOmitted and NewOmitted count the runs a digest did not read
+	// (OpenDigest: a file of more than 100 runs keeps its first ones and
+	// its last in detail); they are not samples.
+	BaseOmitted int `json:"base_omitted,omitempty"`
+	NewOmitted  int `json:"new_omitted,omitempty"`
 	// Verdict is REGRESSION (a headline metric regressed), OK (none did)
 	// or ~ (the runs are too few to tell); Summary says it in sentences,
 	// the headline first.
@@ -214,9 +219,10 @@ var ErrUnusable = errors.New("unusable input")
 // side is one side's samples: for every metric, the values of each run
 // that has it (one for a cold metric, one per warm request for a warm one).
 type side struct {
-	runs   int // cold starts; a wake is a sample of its own metrics only
-	failed int // runs left out: they did not complete their cold sequence
-	vals   map[string][][]float64
+	runs    int // cold starts; a wake is a sample of its own metrics only
+	failed  int // runs left out: they did not complete their cold sequence
+	omitted int // runs a digest did not read
+	vals    map[string][][]float64
 }
 
 // Diff compares sessions. Every cold run of every session of a side is one
@@ -235,6 +241,7 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 	bs, ns := collectSide(base), collectSide(new)
 	res.BaseRuns, res.NewRuns = bs.runs, ns.runs
 	res.BaseFailed, res.NewFailed = bs.failed, ns.failed
+	res.BaseOmitted, res.NewOmitted = bs.omitted, ns.omitted
 	if bs.runs == 0 {
 		return res, fmt.Errorf("%w: the base sessions contain no complete run to compare%s", ErrUnusable, failedPhrase(bs.failed))
 	}
@@ -261,6 +268,9 @@ func Diff(base, new []*Session, opts DiffOptions) (DiffResult, error) {
 func collectSide(ss []*Session) side {
 	sd := side{vals: map[string][][]float64{}}
 	for _, s := range ss {
+		if s.Digest != nil {
+			sd.omitted += s.Digest.Omitted
+		}
 		for _, run := range s.Runs() {
 			if run.Failed != "" {
 				// Its numbers stop where it failed: a sample of

@@ -32,7 +32,7 @@ func (d DiffResult) Text() string {
 			fmt.Fprintf(&b, "%s\n", s)
 		}
 	}
-	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", sideLine(d.BaseRuns, d.BaseFailed, d.Base), sideLine(d.NewRuns, d.NewFailed, d.New))
+	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", sideLine(d.BaseRuns, d.BaseFailed, d.BaseOmitted, d.Base), sideLine(d.NewRuns, d.NewFailed, d.NewOmitted, d.New))
 	for _, sec := range d.sections() {
 		fmt.Fprintf(&b, "\n%-32s %5s %22s %22s %16s %20s %6s  %s\n", sec.title+" (ms)", "runs", "base min/med/max", "new min/med/max", "change", ciHeader(d.Alpha), "p", "verdict")
 		for _, r := range sec.rows {
@@ -84,7 +84,7 @@ func (d DiffResult) Markdown() string {
 	for _, s := range d.Summary {
 		fmt.Fprintf(&b, "%s\n\n", s)
 	}
-	fmt.Fprintf(&b, "base: %s  \nnew: %s\n\n", sideLine(d.BaseRuns, d.BaseFailed, d.Base), sideLine(d.NewRuns, d.NewFailed, d.New))
+	fmt.Fprintf(&b, "base: %s  \nnew: %s\n\n", sideLine(d.BaseRuns, d.BaseFailed, d.BaseOmitted, d.Base), sideLine(d.NewRuns, d.NewFailed, d.NewOmitted, d.New))
 	for i, sec := range d.sections() {
 		if i > 0 {
 			fmt.Fprintf(&b, "<details><summary>%s</summary>\n\n", sec.title)
@@ -175,7 +175,7 @@ func minDeltaString(ms float64) string {
 
 // sideLine is "5 cold runs in 2 files: a.jsonl, b.jsonl", with the failed
 // runs left out when there are any.
-func sideLine(runs, failed int, files []string) string {
+func sideLine(runs, failed, omitted int, files []string) string {
 	names := make([]string, len(files))
 	for i, f := range files {
 		names[i] = filepath.Base(f)
@@ -187,7 +187,18 @@ func sideLine(runs, failed int, files []string) string {
 	if len(names) > 6 {
 		list = strings.Join(names[:3], ", ") + fmt.Sprintf(", … (%d more)", len(names)-3)
 	}
-	return fmt.Sprintf("%d cold run%s%s in %d file%s: %s", runs, plural(runs), failedPhrase(failed), len(files), plural(len(files)), list)
+	return fmt.Sprintf("%d cold run%s%s%s in %d file%s: %s", runs, plural(runs), failedPhrase(failed), omittedPhrase(omitted), len(files), plural(len(files)), list)
+}
+
+// omittedPhrase is " (3 runs not read: a file of more than 100 runs is
+// read as its first 99 and its last; record at most 100 a file)", or ""
+// for none.
+func omittedPhrase(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d run%s not read: a file of more than %d runs is read as its first %d and its last; record at most %d a file)",
+		n, plural(n), maxDigestRuns, maxDigestRuns-1, maxDigestRuns)
 }
 
 func plural(n int) string {

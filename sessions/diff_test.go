@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -389,5 +390,29 @@ func TestDiffLeavesOutFailedRuns(t *testing.T) {
 	}
 	if _, err := Diff([]*Session{bs}, []*Session{only}, DiffOptions{}); !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "1 failed run left out") {
 		t.Fatalf("a side of failed runs: %v", err)
+	}
+}
+
+// A file of more than 100 runs is read as a digest (its first 99 runs and
+// its last): the runs it did not read are not samples, and the side's line
+// says how many and what to do.
+func TestDiffSaysWhatADigestLeftOut(t *testing.T) {
+	dir := t.TempDir()
+	var evs []trace.Event
+	for i, sc := range repeat(demoLike(), maxDigestRuns+3) {
+		evs = append(evs, inRun(sc.events(), i, time.Duration(i)*20*time.Second)...)
+	}
+	big, err := OpenAll([]string{writeSession(t, dir, "big.jsonl", evs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := runsSession(t, dir, "b.jsonl", repeat(demoLike(), 5))
+	res, err := Diff([]*Session{bs}, big, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("new:  %d cold runs (3 runs not read: a file of more than 100 runs is read as its first 99 and its last; record at most 100 a file) in 1 file", maxDigestRuns)
+	if res.NewRuns != maxDigestRuns || res.NewOmitted != 3 || res.BaseOmitted != 0 || !strings.Contains(res.Text(), want) {
+		t.Fatalf("runs %d omitted %d:\n%s", res.NewRuns, res.NewOmitted, res.Text())
 	}
 }
