@@ -31,10 +31,14 @@ const headerRoom = 32 << 10
 // unless the import succeeds. It returns the session's digest, built as
 // the events go by: what OpenDigest reads back from the file.
 func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err error) {
-	dir := filepath.Dir(out)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, fmt.Errorf("create session directory for %s: %w", out, err)
 	}
+	target, direct, err := OutputTarget(out)
+	if err != nil {
+		return nil, err
+	}
+	dir := TempDirFor(target, direct)
 	tmp, err := os.CreateTemp(dir, ".treni-import-*.tmp")
 	if err != nil {
 		return nil, fmt.Errorf("create a temporary file beside %s: %w", out, err)
@@ -125,12 +129,7 @@ func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err 
 			return nil, fmt.Errorf("write session %s: %w", out, err)
 		}
 	}
-	// CreateTemp makes the file readable by its owner only; a session is
-	// as readable as Create makes it.
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return nil, fmt.Errorf("import into %s: %w", out, err)
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
+	if err := PlaceOutput(tmp.Name(), target, direct); err != nil {
 		return nil, fmt.Errorf("import into %s: %w", out, err)
 	}
 	return dg.session(h, im.late, im.shiftedOut), nil

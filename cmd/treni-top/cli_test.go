@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -229,4 +231,57 @@ func TestREADMEListsEverySubcommand(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
+}
+
+// TestOutputIntoAFIFO: `report -o` and `import -o` write into an existing
+// node that is not a regular file (a FIFO here; /dev/null alike) in place:
+// the reader gets the output and the node is still there, where a rename
+// of a temporary file would have replaced it with a regular file.
+func TestOutputIntoAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	session := filepath.Join(dir, "s.jsonl")
+	body := `{"format":"treni-top-session","version":"1.0","tool_version":"t","created":"2026-11-22T00:00:00Z","host":{"hostname":"h","os":"linux","arch":"amd64","cpus":2},"target":{"kind":"builtin"}}` + "\n" +
+		`{"t":0,"kind":"process","process":{"action":"start","pid":1}}` + "\n" +
+		`{"t":100000000,"kind":"stage","stage":{"name":"page_cache","start":0,"end":100000000}}` + "\n"
+	if err := os.WriteFile(session, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := filepath.Glob("../../trace/serverlog/testdata/logs/vllm/*.log")
+	if len(logs) == 0 {
+		t.Fatal("no vLLM log fixture")
+	}
+	for _, args := range [][]string{
+		{"report", "--format", "json", session},
+		{"import", "--kind", "vllm", logs[0]},
+	} {
+		fifo := filepath.Join(dir, "pipe-"+args[0])
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		got := make(chan []byte)
+		go func() {
+			f, err := os.Open(fifo)
+			if err != nil {
+				got <- nil
+				return
+			}
+			defer f.Close()
+			b, _ := io.ReadAll(f)
+			got <- b
+		}()
+		code := execute(append(args, "-o", fifo))
+		if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			// The reader waits on the replaced node for good.
+			t.Fatalf("%s -o FIFO replaced the FIFO (exit %d): %v %v", args[0], code, fi, err)
+		}
+		if code != 0 {
+			t.Errorf("%s -o FIFO: exit %d", args[0], code)
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close() // unblock the reader
+			}
+		}
+		if b := <-got; !bytes.Contains(b, []byte(`"`)) {
+			t.Errorf("%s -o FIFO: the reader got %q", args[0], b)
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions"
 )
 
 // writeOutput writes data to path, or to the command's stdout when path is
@@ -22,7 +24,8 @@ func writeOutput(cmd *cobra.Command, path string, data []byte) error {
 // streamOutput has write write to path, or to the command's stdout when
 // path is empty or "-". A file is written beside path under a temporary
 // name and renamed once write succeeded, so that a failure leaves nothing
-// at path; a failed write to stdout leaves what was written.
+// at path (a device such as /dev/null is written in place instead:
+// sessions.OutputTarget); a failed write to stdout leaves what was written.
 func streamOutput(cmd *cobra.Command, path string, write func(io.Writer) error) error {
 	if path == "" || path == "-" {
 		if err := write(cmd.OutOrStdout()); err != nil {
@@ -30,14 +33,21 @@ func streamOutput(cmd *cobra.Command, path string, write func(io.Writer) error) 
 		}
 		return nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	target, direct, err := sessions.OutputTarget(path)
+	if err != nil {
+		return withExit(2, err)
+	}
+	if direct {
+		return writeInPlace(cmd, path, write)
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
 	if err != nil {
 		return withExit(2, fmt.Errorf("write %s: %w", path, err))
 	}
 	cw := &countingWriter{w: f}
 	err = write(cw)
 	if err == nil {
-		if err = errors.Join(f.Chmod(0o644), f.Close(), os.Rename(f.Name(), path)); err != nil {
+		if err = errors.Join(f.Close(), sessions.PlaceOutput(f.Name(), target, false)); err != nil {
 			err = fmt.Errorf("write %s: %w", path, err)
 		}
 	}
@@ -45,6 +55,21 @@ func streamOutput(cmd *cobra.Command, path string, write func(io.Writer) error) 
 		f.Close()
 		os.Remove(f.Name())
 		return withExit(2, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes)\n", path, cw.n)
+	return nil
+}
+
+// writeInPlace has write write into path, an existing file that is not a
+// regular one (/dev/null, a FIFO, a terminal), opened as it is.
+func writeInPlace(cmd *cobra.Command, path string, write func(io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return withExit(2, fmt.Errorf("write %s: %w", path, err))
+	}
+	cw := &countingWriter{w: f}
+	if err := errors.Join(write(cw), f.Close()); err != nil {
+		return withExit(2, fmt.Errorf("write %s: %w", path, err))
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes)\n", path, cw.n)
 	return nil
