@@ -269,6 +269,11 @@ func (p *Parser) skipRules(line string) bool {
 		if g := p.latest(trace.StageCUDAInit); p.l.backend != "" || g != nil && g.hasOpen() {
 			return false
 		}
+		// Ollama's rules read a slog line's msg unescaped: `msg="kv\ cache"`
+		// is "kv cache", which the line's text does not contain.
+		if p.kind == KindOllama && strings.IndexByte(line, '\\') >= 0 {
+			return false
+		}
 	case KindVLLM, KindSGLang, KindTGI:
 		// A worker's tag on any line puts the parser in worker mode
 		// (open spans wait for a worker to finish): until one was seen,

@@ -1,15 +1,21 @@
 package serverlog
 
+import "strings"
+
 // Most lines of a production log are not stage lines (request chatter,
 // progress bars, config dumps), and testing each against every rule's
 // texts was most of the parser's cost. A kind's rules only fire on a line
 // that contains one of their literal texts, so a line that contains none
-// of them can skip the rules: the prefilter tests, at every position of
-// the line, whether the four bytes there begin one of those texts (a
-// hashed bit set of the texts' first four bytes). A line that contains a
-// text always passes; a few others pass by a hash collision and are
-// tested by the rules as before. TestPrefilterChangesNothing and FuzzFeed
-// check that the parser returns the same with and without it.
+// of them can skip the rules. The prefilter keeps, per text, one of its
+// four-byte windows (its key: the window least made of spaces and small
+// letters, which chatter is full of), and tests at every position of the
+// line whether the four bytes there are a key (a hashed bit set of the
+// keys); where one is, it compares the text whose key it is with the line
+// around it. A line passes only when it contains a text: a key shared
+// with chatter ("GPU " of "GPU KV cache size" in vLLM's periodic "GPU KV
+// cache usage" line) costs a comparison, not the rules.
+// TestPrefilterChangesNothing and FuzzFeed check that the parser returns
+// the same with and without it.
 
 // ruleTexts are, per kind, the literal texts its rules (and noteOrigin)
 // look for; every text is at least four bytes long.
@@ -60,25 +66,60 @@ var llamaTexts = []string{
 	"build: ", "using device ", "general.name", "Device ", `"build info"`,
 }
 
-// prefilter is a kind's bit set of the first four bytes of its texts.
+// prefilter is a kind's texts, found by their keys.
 type prefilter struct {
-	bits [1 << 16 / 64]uint64
+	bits  [1 << 16 / 64]uint64
+	texts map[uint32][]keyedText // by the key's hash
+}
+
+// keyedText is a text and where its key begins in it.
+type keyedText struct {
+	text string
+	off  int
 }
 
 func gramHash(g uint32) uint32 { return (g * 0x9E3779B1) >> 16 }
 
+// gramAt is the four bytes of s at i, as mayMatch rolls them.
+func gramAt(s string, i int) uint32 {
+	return uint32(s[i]) | uint32(s[i+1])<<8 | uint32(s[i+2])<<16 | uint32(s[i+3])<<24
+}
+
 func newPrefilter(texts []string) *prefilter {
-	f := &prefilter{}
+	f := &prefilter{texts: map[uint32][]keyedText{}}
 	for _, t := range texts {
-		g := uint32(t[0]) | uint32(t[1])<<8 | uint32(t[2])<<16 | uint32(t[3])<<24
-		h := gramHash(g)
+		off := keyOffset(t)
+		h := gramHash(gramAt(t, off))
 		f.bits[h/64] |= 1 << (h % 64)
+		f.texts[h] = append(f.texts[h], keyedText{t, off})
 	}
 	return f
 }
 
-// mayMatch reports whether s may contain one of the texts: false means
-// it certainly contains none.
+// keyOffset picks a text's key: the four-byte window with the fewest
+// spaces and small letters (the bytes log chatter is mostly made of), the
+// first of equals.
+func keyOffset(t string) int {
+	weight := func(b byte) int {
+		switch {
+		case b == ' ':
+			return 3
+		case b >= 'a' && b <= 'z':
+			return 2
+		}
+		return 1
+	}
+	best, bestW := 0, 0
+	for i := 0; i+4 <= len(t); i++ {
+		w := weight(t[i]) + weight(t[i+1]) + weight(t[i+2]) + weight(t[i+3])
+		if i == 0 || w < bestW {
+			best, bestW = i, w
+		}
+	}
+	return best
+}
+
+// mayMatch reports whether s contains one of the texts.
 func (f *prefilter) mayMatch(s string) bool {
 	if len(s) < 4 {
 		return false
@@ -87,8 +128,13 @@ func (f *prefilter) mayMatch(s string) bool {
 	for i := 3; i < len(s); i++ {
 		g = g>>8 | uint32(s[i])<<24
 		h := gramHash(g)
-		if f.bits[h/64]&(1<<(h%64)) != 0 {
-			return true
+		if f.bits[h/64]&(1<<(h%64)) == 0 {
+			continue
+		}
+		for _, k := range f.texts[h] {
+			if at := i - 3 - k.off; at >= 0 && strings.HasPrefix(s[at:], k.text) {
+				return true
+			}
 		}
 	}
 	return false
