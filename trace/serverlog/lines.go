@@ -62,11 +62,13 @@ type LineClock struct {
 	// (theirs has no year), instead of the server's onto the collector's.
 	toOwn bool
 
-	// The last own stamp's text and reading: lines of one second share
-	// it, and reading it again is most of a line's cost.
-	lastKey string
-	lastOwn time.Time
-	lastOK  bool
+	// The last own stamp's text, the previous stamp it was read against,
+	// and its reading: lines of one second share it (untimed lines in
+	// between do not change it), and reading it again is most of a line's
+	// cost.
+	lastKey          string
+	lastRef, lastOwn time.Time
+	lastOK           bool
 
 	// Own, Wrapped, Untimed and Rejected count the lines placed by each
 	// LineTime.
@@ -100,11 +102,17 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 	}
 	var own time.Time
 	var hasOwn bool
-	if key := stampKey(c.kind, u.Line); key != "" && key == c.lastKey {
+	key := stampKey(c.kind, u.Line)
+	// The reading depends on the previous stamp (a year-less one's
+	// year): the cached one holds while that is still the one it was read
+	// against, or the cached reading itself (which reads the same).
+	if key != "" && key == c.lastKey && (r == c.lastRef || r == c.lastOwn) {
 		own, hasOwn = c.lastOwn, c.lastOK
 	} else {
 		own, hasOwn = ParseTimestamp(c.kind, u.Line, r)
-		c.lastKey, c.lastOwn, c.lastOK = key, own, hasOwn
+		if key != "" {
+			c.lastKey, c.lastRef, c.lastOwn, c.lastOK = key, r, own, hasOwn
+		}
 	}
 	how := TimeNone
 	var t time.Time
