@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -140,6 +141,7 @@ type importer struct {
 	p        *serverlog.Parser
 	q        reorder
 	emit     func(*trace.Event) error
+	logs     []trace.Log // the slab newLog hands out
 
 	lines, rejected int
 	run             int
@@ -314,7 +316,20 @@ marked:
 	if strings.TrimSpace(l) == "" {
 		return nil
 	}
-	return im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindLog, Log: &trace.Log{Stream: "file", Text: l, Stage: stage}})
+	return im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindLog, Log: im.newLog(trace.Log{Stream: "file", Text: l, Stage: stage})})
+}
+
+// logSlab is how many log payloads are allocated at once.
+const logSlab = 256
+
+// newLog is a log event's payload, from a slab shared by the next few:
+// one allocation per line was a large part of the garbage an import made.
+func (im *importer) newLog(l trace.Log) *trace.Log {
+	if len(im.logs) == cap(im.logs) {
+		im.logs = make([]trace.Log, 0, logSlab)
+	}
+	im.logs = append(im.logs, l)
+	return &im.logs[len(im.logs)-1]
 }
 
 // spansOut queues the spans the parser finished, each in its run.
@@ -533,6 +548,7 @@ type reorder struct {
 	seq   uint64
 	last  time.Duration // the latest offset handed on
 	count int           // events handed on
+	out   trace.Event   // the event being handed on (emit copies it)
 }
 
 // maxReorder bounds the events the import holds back.
@@ -559,11 +575,11 @@ func (q *reorder) push(e trace.Event, emit func(*trace.Event) error) error {
 // pop hands on the earliest queued event (the in-order one on a tie: it
 // was queued first).
 func (q *reorder) pop(emit func(*trace.Event) error) error {
-	var e trace.Event
+	e := &q.out
 	if q.late.len() > 0 && (q.head == len(q.fifo) || q.late.min().e.At < q.fifo[q.head].At) {
-		e = q.late.pop().e
+		*e = q.late.pop().e
 	} else {
-		e = q.fifo[q.head]
+		*e = q.fifo[q.head]
 		q.fifo[q.head] = trace.Event{}
 		q.head++
 		if q.head > 4096 && q.head*2 > len(q.fifo) {
@@ -573,7 +589,7 @@ func (q *reorder) pop(emit func(*trace.Event) error) error {
 	}
 	q.last = e.At
 	q.count++
-	return emit(&e)
+	return emit(e)
 }
 
 // retag moves the queued events of run from at on (a stage span by its
@@ -672,14 +688,31 @@ func (h *lateHeap) pop() lateEvent {
 
 // logReader reads text lines (gzip detected from the content), strips
 // terminal colour codes and carriage returns, and refuses binary input.
+//
+// It reads a block of lines at a time and makes one string of the block,
+// of which each line is a substring: a string per line was most of an
+// import's allocations (and of its garbage collection). A line keeps its
+// block alive while something holds it; the import holds lines only while
+// they wait to be written, and the parser a few (a span's line, the
+// origin), so what stays alive is bounded, not growing with the log.
 type logReader struct {
 	br       *bufio.Reader
 	gz       *gzip.Reader
-	n        int // lines read
-	nonEmpty int
+	n        int // lines handed out
+	nonEmpty int // lines handed out that are not blank (counted until the first)
 	err      error
-	done     bool
+	eof      bool // the input is read to its end (or failed)
+
+	raw   []byte   // the block being read, each line followed by "\n"
+	ends  []int    // where each line of raw ends (before its "\n")
+	lines []string // the current block's cleaned lines
+	pos   int      // the next of lines to hand out
 }
+
+// logBlock is about how many bytes of log one block holds: large enough
+// that its string's allocation costs nothing per line, small enough that a
+// line kept alive keeps little else with it.
+const logBlock = 64 << 10
 
 func newLogReader(r io.Reader) (*logReader, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
@@ -703,30 +736,59 @@ func (lr *logReader) close() {
 
 // next returns the next line; false at the end or on an error (err).
 func (lr *logReader) next() (string, bool) {
-	if lr.done {
+	if lr.pos == len(lr.lines) && !lr.fill() {
 		return "", false
 	}
-	line, complete, err := readLogLine(lr.br)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		lr.err, lr.done = fmt.Errorf("read log line %d: %w", lr.n+1, err), true
-		return "", false
-	}
-	if !complete {
-		lr.done = true
-		if len(line) == 0 {
-			return "", false
-		}
-	}
-	if bytes.IndexByte(line, 0) >= 0 {
-		lr.err, lr.done = fmt.Errorf("%w: line %d contains NUL bytes (a binary file?); pass the server's text log", ErrNotLog, lr.n+1), true
-		return "", false
-	}
+	l := lr.lines[lr.pos]
+	lr.pos++
 	lr.n++
-	s := cleanLine(line)
-	if strings.TrimSpace(s) != "" {
+	if lr.nonEmpty == 0 && strings.TrimSpace(l) != "" {
 		lr.nonEmpty++
 	}
-	return s, true
+	return l, true
+}
+
+// fill reads the next block of lines; false at the end or on an error.
+func (lr *logReader) fill() bool {
+	lr.raw, lr.ends, lr.lines, lr.pos = lr.raw[:0], lr.ends[:0], lr.lines[:0], 0
+	for len(lr.raw) < logBlock && !lr.eof {
+		line, complete, err := readLogLine(lr.br)
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			lr.err, lr.eof = fmt.Errorf("read log line %d: %w", lr.n+len(lr.ends)+1, err), true
+			return false
+		}
+		if !complete {
+			lr.eof = true
+			if len(line) == 0 {
+				break
+			}
+		}
+		lr.raw = append(append(lr.raw, line...), '\n')
+		lr.ends = append(lr.ends, len(lr.raw)-1)
+	}
+	if len(lr.ends) == 0 {
+		return false
+	}
+	if i := bytes.IndexByte(lr.raw, 0); i >= 0 {
+		nth := sort.SearchInts(lr.ends, i) // the line that holds it
+		lr.err, lr.eof = fmt.Errorf("%w: line %d contains NUL bytes (a binary file?); pass the server's text log", ErrNotLog, lr.n+nth+1), true
+		return false
+	}
+	block := string(lr.raw)
+	// Lines are cut at "\n", which no UTF-8 sequence contains: when the
+	// block is valid, so is every line. Colour codes and invalid bytes
+	// are rare; only a block that has any cleans line by line.
+	plain := utf8.ValidString(block) && strings.IndexByte(block, 0x1b) < 0 && !strings.Contains(block, string(syslogESC))
+	start := 0
+	for _, end := range lr.ends {
+		if plain {
+			lr.lines = append(lr.lines, strings.TrimRight(block[start:end], "\r"))
+		} else {
+			lr.lines = append(lr.lines, cleanLine(lr.raw[start:end]))
+		}
+		start = end + 1
+	}
+	return true
 }
 
 // readLogLine reads one line, keeping at most maxImportLine bytes of it.

@@ -438,3 +438,59 @@ func TestImportLateShift(t *testing.T) {
 		}
 	}
 }
+
+// TestLogReaderBlocks: reading a block of lines at a time hands out
+// exactly the lines reading one at a time did (cleanLine of each), across
+// block ends, with colour codes, invalid UTF-8 and carriage returns in
+// some blocks only, a line longer than a block, one longer than
+// maxImportLine (cut there), and a last line without a newline; a NUL in
+// a later block is reported at its line.
+func TestLogReaderBlocks(t *testing.T) {
+	var lines []string
+	for i := 0; len(strings.Join(lines, "\n")) < 5*logBlock; i++ {
+		l := fmt.Sprintf("INFO 05-09 22:51:%02d [logger.py:39] line %d %s", i%60, i, strings.Repeat("x", i%300))
+		switch i {
+		case 700:
+			l += "\x1b[32m green \x1b[0m"
+		case 1400:
+			l += " bad \xff\xfe utf8"
+		case 1500:
+			l += " #033[1m syslog's escape"
+		case 2100:
+			l = strings.Repeat("long ", 2*logBlock/5)
+		case 2101:
+			l = strings.Repeat("y", maxImportLine+10)
+		}
+		if i%7 == 0 {
+			l += "\r"
+		}
+		lines = append(lines, l)
+	}
+	lines = append(lines, "last line, no newline")
+	text := strings.Join(lines, "\n")
+	lr, err := newLogReader(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range lines {
+		if len(want) > maxImportLine {
+			want = want[:maxImportLine]
+		}
+		want = cleanLine([]byte(want))
+		got, ok := lr.next()
+		if !ok || got != want {
+			t.Fatalf("line %d: %v %.80q, want %.80q (err %v)", i+1, ok, got, want, lr.err)
+		}
+	}
+	if l, ok := lr.next(); ok || lr.err != nil {
+		t.Fatalf("after the last line: %q %v %v", l, ok, lr.err)
+	}
+
+	withNUL := strings.Join(lines[:2000], "\n") + "\nbinary \x00 here\n" + lines[5]
+	lr, _ = newLogReader(strings.NewReader(withNUL))
+	for _, ok := lr.next(); ok; _, ok = lr.next() {
+	}
+	if !errors.Is(lr.err, ErrNotLog) || !strings.Contains(lr.err.Error(), "line 2001 contains NUL") {
+		t.Fatalf("NUL on line 2001: %v", lr.err)
+	}
+}
