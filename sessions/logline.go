@@ -52,6 +52,10 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) && !mayNeedEscape(load8(s, i)) {
+			i += 8 // eight bytes of plain ASCII at once: most of a log
+			continue
+		}
 		if b := s[i]; b < utf8.RuneSelf {
 			if jsonSafe[b] {
 				i++
@@ -97,4 +101,25 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// load8 is the eight bytes of s at i, the first in the lowest byte.
+func load8(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// mayNeedEscape reports whether one of the eight bytes of w is not plain
+// ASCII for a JSON string: a control byte, a quote, a backslash, or a
+// byte of a multi-byte UTF-8 sequence (each tested for all eight bytes at
+// once: the byte-wise "has less than" and "has zero" tricks).
+func mayNeedEscape(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	ctl := (w - 0x20*ones) & ^w
+	q := w ^ '"'*ones
+	quote := (q - ones) & ^q
+	bs := w ^ '\\'*ones
+	backslash := (bs - ones) & ^bs
+	return (w|ctl|quote|backslash)&highs != 0
 }

@@ -237,8 +237,8 @@ func (le *lineEncoder) write(w io.Writer, e *trace.Event) {
 		le.enc.SetEscapeHTML(false)
 	}
 	le.buf.Reset()
-	if e.Kind == trace.KindLog && e.Log != nil && e.Stage == nil && e.Sample == nil && e.Request == nil && e.Process == nil && e.Marker == nil {
-		le.buf.Write(appendLogEvent(le.buf.AvailableBuffer(), e))
+	if line, ok := appendEvent(le.buf.AvailableBuffer(), e); ok {
+		le.buf.Write(line)
 	} else if err := le.enc.Encode(e); err != nil {
 		le.dropped++
 		if le.firstErr == nil {
