@@ -64,12 +64,11 @@ func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err 
 	} else if _, err := body.Write(headerPlaceholder()); err != nil {
 		return nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
-	w := startEventWriter(body)
+	// The digest is built on the writer's goroutine, from the events as
+	// they are written: the parsing goroutine has the most to do.
 	dg := newDigestBuilder()
-	im, err := runImport(r, opts, func(e *trace.Event) error {
-		dg.add(e)
-		return w.write(e)
-	})
+	w := startEventWriter(body, dg.add)
+	im, err := runImport(r, opts, w.write)
 	if werr := w.close(); err == nil {
 		err = werr
 	}
@@ -256,7 +255,9 @@ type eventWriter struct {
 // writerBatch is how many events go to the writer at once.
 const writerBatch = 512
 
-func startEventWriter(f *os.File) *eventWriter {
+// startEventWriter starts the writer of events to f; each is also handed
+// to also, on the writer's goroutine, once written.
+func startEventWriter(f *os.File, also func(*trace.Event)) *eventWriter {
 	w := &eventWriter{work: make(chan []trace.Event, 4), free: make(chan []trace.Event, 5), done: make(chan error, 1)}
 	for i := 0; i < 5; i++ {
 		w.free <- make([]trace.Event, 0, writerBatch)
@@ -270,6 +271,7 @@ func startEventWriter(f *os.File) *eventWriter {
 			if err == nil {
 				for i := range b {
 					le.write(bw, &b[i])
+					also(&b[i])
 				}
 				if le.writeErr != nil {
 					err = fmt.Errorf("write %s: %w", f.Name(), le.writeErr)
