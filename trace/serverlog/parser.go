@@ -468,8 +468,9 @@ func (p *Parser) stageLine(at time.Duration, sl trace.StageLine) ([]trace.Span, 
 		p.out, p.outRun = append(p.out, sp), append(p.outRun, p.run)
 		return nil, true
 	}
-	g := &group{stage: sl.Stage, source: sp.Source, members: map[string]*member{"": {start: sp.Start, end: sp.End, endSet: true}},
-		order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: sp.End, line: ""}
+	m := &member{start: sp.Start, end: sp.End, endSet: true}
+	g := &group{stage: sl.Stage, source: sp.Source, members: map[string]*member{"": m},
+		order: []string{""}, list: []*member{m}, attrs: trace.Attrs{}, closedAny: true, lastActivity: sp.End, line: ""}
 	for k, v := range sl.Attrs {
 		g.attrs[k] = v
 	}

@@ -89,6 +89,7 @@ type group struct {
 	source       string
 	members      map[string]*member
 	order        []string
+	list         []*member // the members in order: hasOpen runs for every line
 	attrs        trace.Attrs
 	line         string
 	lastActivity time.Duration
@@ -103,7 +104,7 @@ type group struct {
 }
 
 func (g *group) hasOpen() bool {
-	for _, m := range g.members {
+	for _, m := range g.list {
 		if m.open {
 			return true
 		}
@@ -365,8 +366,9 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 		}
 		// Final as it is made: no rule reaches runtime_init again, so it
 		// is not kept among the spans being built.
-		g := &group{stage: trace.StageRuntimeInit, source: "log:" + string(p.kind), members: map[string]*member{"": {start: p.firstAt, end: at, endSet: true}},
-			order: []string{""}, attrs: trace.Attrs{}, closedAny: true, lastActivity: at, line: line}
+		m := &member{start: p.firstAt, end: at, endSet: true}
+		g := &group{stage: trace.StageRuntimeInit, source: "log:" + string(p.kind), members: map[string]*member{"": m},
+			order: []string{""}, list: []*member{m}, attrs: trace.Attrs{}, closedAny: true, lastActivity: at, line: line}
 		mergeAttrs(g.attrs, h.set, h.add)
 		p.touch(g)
 		p.hand(g)
@@ -405,7 +407,7 @@ func (p *Parser) apply(at time.Duration, worker string, h hit, line string) trac
 			m.end = max(h.end, start)
 		}
 		g.members[worker] = m
-		g.order = append(g.order, worker)
+		g.order, g.list = append(g.order, worker), append(g.list, m)
 		if h.op != opClose {
 			m.open = true
 		}
@@ -500,7 +502,7 @@ func (p *Parser) settle(at time.Duration) {
 				continue
 			}
 			changed := false
-			for _, m := range g.members {
+			for _, m := range g.list {
 				if m.open && !m.closedOnce {
 					m.open, changed = false, true
 				}
