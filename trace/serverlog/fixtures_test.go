@@ -711,3 +711,31 @@ func feedCompare(kind Kind, deferred bool, lines []string) (with, without string
 	}
 	return run(false), run(true)
 }
+
+// TestStampCacheChangesNothing places every fixture's lines with a clock
+// that reuses the last stamp's reading and with one that reads every
+// stamp: the offsets and how each line was timed are the same.
+func TestStampCacheChangesNothing(t *testing.T) {
+	for _, rel := range fixtureLogs(t) {
+		lines := readFixture(t, rel)
+		if a, b := placeCompare(DetectKind(nil, lines), fixtureRef, lines); a != b {
+			t.Errorf("%s: the stamp cache changed the offsets:\n with    %s\n without %s", rel, a, b)
+		}
+	}
+}
+
+// placeCompare places lines with and without the stamp cache and renders
+// every offset.
+func placeCompare(kind Kind, ref time.Time, lines []string) (with, without string) {
+	run := func(noCache bool) string {
+		c := NewLineClock(kind, ref)
+		c.noStampCache = noCache
+		var b strings.Builder
+		for _, l := range lines {
+			at, how := c.Place(Unwrap(l, ref))
+			fmt.Fprintf(&b, "%d/%d ", at, how)
+		}
+		return b.String()
+	}
+	return run(false), run(true)
+}

@@ -193,3 +193,39 @@ func FuzzStageLine(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRFC3339Prefix: the hand-read stamp at the start of a line is what
+// the regexp matches there.
+func FuzzRFC3339Prefix(f *testing.F) {
+	for _, s := range []string{"2024-01-15T08:47:15.882960Z  INFO x", "2024-01-15T08:47:15+05:30 x", "2024-01-15T08:47:15.Z", "2024-01-15T08:47:15.5", "2024-01-15T08:47:15-0", "x 2024-01-15T08:47:15Z", "2024-01-15T08:47:15Z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := rfc3339Prefix(s)
+		loc := reRFC3339.FindStringIndex(s)
+		atStart := loc != nil && loc[0] == 0
+		if n > 0 != atStart || atStart && loc[1] != n {
+			t.Fatalf("%q: hand-read %d, regexp %v", s, n, loc)
+		}
+	})
+}
+
+// FuzzStampCache: reusing the last stamp's reading places any lines as
+// reading every stamp does (a stamp between two equal ones, a jump of a
+// year, a zone that changes).
+func FuzzStampCache(f *testing.F) {
+	f.Add(uint8(0), "INFO 12-31 23:59:59 [a.py:1] x", "2026-05-19 02:11:47,969 - INFO - y", int64(0))
+	f.Add(uint8(0), "INFO 01-01 00:00:01 [a.py:1] x", "INFO:     127.0.0.1:1 - \"POST / HTTP/1.1\" 200 OK", int64(86400*200))
+	f.Add(uint8(1), "[2025-01-23 19:34:55 TP0] x", "(x pid=1) [2025-01-23 19:34:56 TP0] y", int64(0))
+	f.Add(uint8(4), "[GIN] 2026/05/05 - 01:30:24 | 200 | 1s | ::1 | POST \"/api/chat\"", "time=2026-05-05T01:30:24.403+05:30 level=INFO msg=x", int64(3600))
+	f.Fuzz(func(t *testing.T, k uint8, a, b string, refSec int64) {
+		kind := fuzzKinds[int(k)%len(fuzzKinds)]
+		if kind == KindAuto || kind == KindUnknown || strings.ContainsAny(a+b, "\n") {
+			return
+		}
+		ref := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(refSec%(400*86400)) * time.Second)
+		if with, without := placeCompare(kind, ref, []string{a, b, a, a, b, b, a}); with != without {
+			t.Fatalf("the stamp cache changed the offsets:\n with    %s\n without %s", with, without)
+		}
+	})
+}

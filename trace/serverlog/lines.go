@@ -1,6 +1,7 @@
 package serverlog
 
 import (
+	"strings"
 	"time"
 )
 
@@ -69,6 +70,7 @@ type LineClock struct {
 	lastKey          string
 	lastRef, lastOwn time.Time
 	lastOK           bool
+	noStampCache     bool // read every stamp (tests compare)
 
 	// Own, Wrapped, Untimed and Rejected count the lines placed by each
 	// LineTime.
@@ -102,11 +104,12 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 	}
 	var own time.Time
 	var hasOwn bool
-	key := stampKey(c.kind, u.Line)
-	// The reading depends on the previous stamp (a year-less one's
-	// year): the cached one holds while that is still the one it was read
-	// against, or the cached reading itself (which reads the same).
-	if key != "" && key == c.lastKey && (r == c.lastRef || r == c.lastOwn) {
+	key, yearLess := stampKey(c.kind, u.Line)
+	// The reading depends on the previous stamp: a year-less one's year
+	// on its time (the cached reading holds while the previous stamp is
+	// still the one it was read against, or the cached reading itself,
+	// which reads the same), a zone-less one's zone on its location.
+	if key != "" && !c.noStampCache && key == c.lastKey && (r == c.lastRef || r == c.lastOwn || !yearLess && loc(r) == loc(c.lastRef)) {
 		own, hasOwn = c.lastOwn, c.lastOK
 	} else {
 		own, hasOwn = ParseTimestamp(c.kind, u.Line, r)
@@ -169,20 +172,25 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 }
 
 // stampKey is the text of a line's own stamp where it alone decides the
-// reading (vLLM's and SGLang's, given the previous line's), else "".
-func stampKey(kind Kind, line string) string {
+// reading given the previous stamp (vLLM's, year-less; SGLang's and
+// Ollama's gin lines, zone-less), else "".
+func stampKey(kind Kind, line string) (key string, yearLess bool) {
 	switch kind {
 	case KindVLLM:
 		_, rest := stripVLLMTags(line)
 		if stamp, _, ok := vllmLevelDate(rest); ok {
-			return stamp
+			return stamp, true
 		}
 	case KindSGLang:
 		if sglangPrefix(line) {
-			return line[1:20]
+			return line[1:20], false
+		}
+	case KindOllama:
+		if strings.HasPrefix(line, "[GIN] ") && len(line) >= 27 {
+			return line[:27], false
 		}
 	}
-	return ""
+	return "", false
 }
 
 // plausible: t lies between 2000 and shortly after the log was written.

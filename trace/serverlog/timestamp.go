@@ -241,7 +241,12 @@ func rfc3339In(line string, n int) (time.Time, bool) {
 	if !strings.Contains(line, "T") {
 		return time.Time{}, false
 	}
-	s := reRFC3339.FindString(line)
+	// A stamp at the start of the line (TGI's) is the regexp's leftmost
+	// match: read without it.
+	s := line[:rfc3339Prefix(line)]
+	if s == "" {
+		s = reRFC3339.FindString(line)
+	}
 	if s == "" {
 		return time.Time{}, false
 	}
@@ -383,4 +388,35 @@ func treniTime(line string, ref time.Time) (time.Time, bool) {
 		return rfc3339In(line, 40)
 	}
 	return time.Time{}, false
+}
+
+// rfc3339Prefix is the length of the text reRFC3339 matches at the start
+// of s, or 0 when it matches none there.
+func rfc3339Prefix(s string) int {
+	const shape = "dddd-dd-ddTdd:dd:dd"
+	if len(s) < len(shape)+1 {
+		return 0
+	}
+	for i := 0; i < len(shape); i++ {
+		if c := s[i]; shape[i] == 'd' && (c < '0' || c > '9') || shape[i] != 'd' && c != shape[i] {
+			return 0
+		}
+	}
+	n := len(shape)
+	if s[n] == '.' {
+		k := n + 1
+		for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+			k++
+		}
+		if k > n+1 {
+			n = k
+		}
+	}
+	switch {
+	case n < len(s) && s[n] == 'Z':
+		return n + 1
+	case n+6 <= len(s) && (s[n] == '+' || s[n] == '-') && isDigits(s[n+1:n+3]) && s[n+3] == ':' && isDigits(s[n+4:n+6]):
+		return n + 6
+	}
+	return 0
 }
