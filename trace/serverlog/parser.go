@@ -65,6 +65,7 @@ type Parser struct {
 	// current line, outRun the start each belongs to; lastRuns is outRun
 	// of the batch last returned.
 	out      []trace.Span
+	spare    []trace.Span // the batch returned last (takeOut)
 	outRun   []int
 	lastRuns []int
 	run      int
@@ -119,8 +120,9 @@ func NewParser(kind Kind, clock trace.Clock) *Parser {
 // gone quiet for the settle window, when a new span of the stage begins, or
 // at Flush. A span that a later line annotates (a total printed after
 // the fact) is returned again with the same Name and Start, so consumers
-// replace spans by (Name, Start) as they do for live ones. Call it before
-// the first Feed.
+// replace spans by (Name, Start) as they do for live ones. The slice a
+// deferred parser returns is valid until its next Feed, Tick or Flush:
+// copy the spans to keep them. Call it before the first Feed.
 func (p *Parser) SetDeferred(on bool) { p.deferred = on }
 
 // Rejected says why the figures of the last line fed were refused (a
@@ -186,7 +188,10 @@ func (p *Parser) takeOut(sp []trace.Span) []trace.Span {
 	}
 	out := p.out
 	p.lastRuns = append(p.lastRuns[:0], p.outRun...)
-	p.out, p.outRun = nil, p.outRun[:0]
+	// The slice handed out is used again two batches later: a slice per
+	// line was most of what a log of stage lines allocated.
+	clear(p.spare)
+	p.out, p.spare, p.outRun = p.spare[:0], out, p.outRun[:0]
 	return out
 }
 
@@ -346,7 +351,11 @@ func (p *Parser) restart(at time.Duration) {
 	}
 	p.groups = p.groups[:0]
 	clear(p.active)
-	clear(p.ended)
+	for _, t := range p.ended {
+		// Emptied, not dropped: a log that starts again every few
+		// lines (the engine's stage lines) would allocate them anew.
+		*t = endTracker{later: t.later[:0]}
+	}
 	p.run++
 	p.firstAt = at
 	p.ready, p.readyAt = false, 0
