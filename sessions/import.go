@@ -141,7 +141,8 @@ type importer struct {
 	p        *serverlog.Parser
 	q        reorder
 	emit     func(*trace.Event) error
-	logs     []trace.Log // the slab newLog hands out
+	logs     []trace.Log  // the slab newLog hands out
+	spanSlab []trace.Span // the slab newSpan hands out
 
 	lines, rejected int
 	run             int
@@ -319,8 +320,18 @@ marked:
 	return im.emitEvent(trace.Event{At: at, Run: im.run, Kind: trace.KindLog, Log: im.newLog(trace.Log{Stream: "file", Text: l, Stage: stage})})
 }
 
-// logSlab is how many log payloads are allocated at once.
+// logSlab is how many log payloads (or spans) are allocated at once.
 const logSlab = 256
+
+// newSpan is a stage event's span, from a slab as newLog's: a log of the
+// engine's stage lines has a span for every line.
+func (im *importer) newSpan(sp trace.Span) *trace.Span {
+	if len(im.spanSlab) == cap(im.spanSlab) {
+		im.spanSlab = make([]trace.Span, 0, logSlab)
+	}
+	im.spanSlab = append(im.spanSlab, sp)
+	return &im.spanSlab[len(im.spanSlab)-1]
+}
 
 // newLog is a log event's payload, from a slab shared by the next few:
 // one allocation per line was a large part of the garbage an import made.
@@ -358,7 +369,7 @@ func (im *importer) spansOut(spans []trace.Span, runs []int) error {
 			}
 		}
 		im.spans++
-		if err := im.emitEvent(trace.Event{At: max(sp.End, 0), Run: run, Kind: trace.KindStage, Stage: &sp}); err != nil {
+		if err := im.emitEvent(trace.Event{At: max(sp.End, 0), Run: run, Kind: trace.KindStage, Stage: im.newSpan(sp)}); err != nil {
 			return err
 		}
 	}
@@ -474,9 +485,14 @@ func (im *importer) wrongKind() error {
 }
 
 // emitEvent queues one event; the queue hands events on in offset order.
+// A stage event's span is its own (newSpan): it is moved in place.
 func (im *importer) emitEvent(e trace.Event) error {
-	if im.shift > 0 {
-		shiftEvent(&e, im.shift)
+	if d := im.shift; d > 0 {
+		e.At += d
+		if e.Stage != nil {
+			e.Stage.Start += d
+			e.Stage.End += d
+		}
 	}
 	return im.q.push(e, im.emit)
 }
