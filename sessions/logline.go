@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 
@@ -52,9 +53,15 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		if i+8 <= len(s) && !mayNeedEscape(load8(s, i)) {
-			i += 8 // eight bytes of plain ASCII at once: most of a log
-			continue
+		if i+8 <= len(s) {
+			// Eight bytes at once, on to the first that is not plain
+			// ASCII: most of a log is.
+			if m := escapeMask(load8(s, i)); m == 0 {
+				i += 8
+				continue
+			} else if skip := bits.TrailingZeros64(m) / 8; skip > 0 {
+				i += skip
+			}
 		}
 		if b := s[i]; b < utf8.RuneSelf {
 			if jsonSafe[b] {
@@ -110,16 +117,18 @@ func load8(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// mayNeedEscape reports whether one of the eight bytes of w is not plain
-// ASCII for a JSON string: a control byte, a quote, a backslash, or a
-// byte of a multi-byte UTF-8 sequence (each tested for all eight bytes at
-// once: the byte-wise "has less than" and "has zero" tricks).
-func mayNeedEscape(w uint64) bool {
+// escapeMask has the high bit set of the first of the eight bytes of w
+// (the lowest) that is not plain ASCII for a JSON string: a control byte,
+// a quote, a backslash, or a byte of a multi-byte UTF-8 sequence; 0 when
+// there is none. Each is tested for all eight bytes at once (the
+// byte-wise "has less than" and "has zero" tricks); the tricks may also
+// mark bytes after the first, never one before it.
+func escapeMask(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	ctl := (w - 0x20*ones) & ^w
 	q := w ^ '"'*ones
 	quote := (q - ones) & ^q
 	bs := w ^ '\\'*ones
 	backslash := (bs - ones) & ^bs
-	return (w|ctl|quote|backslash)&highs != 0
+	return (w | ctl | quote | backslash) & highs
 }
