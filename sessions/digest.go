@@ -119,15 +119,14 @@ func OpenDigest(path string) (*Session, error) {
 // import's): every event but log lines for the first runs and the last,
 // every run's cold window.
 type digestBuilder struct {
-	metas    *runMetas
-	kept     []seqEvent // runs below maxDigestRuns-1
-	tail     []seqEvent // the latest run above them
-	tailRun  int
-	lastKind map[int]trace.Kind // the kind of each run's last event so far
-	logs     int
-	n        int         // events added
-	perRun   map[int]int // events kept per run
-	dropped  int         // events beyond maxDigestRunEvents
+	metas   *runMetas
+	kept    []seqEvent // runs below maxDigestRuns-1
+	tail    []seqEvent // the latest run above them
+	tailRun int
+	logs    int
+	n       int         // events added
+	perRun  map[int]int // events kept per run
+	dropped int         // events beyond maxDigestRunEvents
 }
 
 // seqEvent is an event with its place in the stream.
@@ -137,23 +136,14 @@ type seqEvent struct {
 }
 
 func newDigestBuilder() *digestBuilder {
-	return &digestBuilder{metas: newRunMetas(), tailRun: -1, lastKind: map[int]trace.Kind{}, perRun: map[int]int{}}
+	return &digestBuilder{metas: newRunMetas(), tailRun: -1, perRun: map[int]int{}}
 }
 
 func (d *digestBuilder) add(e *trace.Event) {
 	seq := d.n
 	d.n++
-	before := d.metas.maxRun
-	d.metas.add(e)
-	if m := d.metas.byRun[e.Run]; m != nil && e.At >= m.lastAt {
-		d.lastKind[e.Run] = e.Kind
-	}
-	if d.metas.maxRun != before {
-		for r := range d.lastKind {
-			if d.metas.byRun[r] == nil {
-				delete(d.lastKind, r) // summarised: not detailed
-			}
-		}
+	if m := d.metas.add(e); m != nil && e.At >= m.lastAt {
+		m.lastKind = e.Kind // leaves with the meta when the run is summarised
 	}
 	if e.Kind == trace.KindLog {
 		d.logs++
@@ -198,7 +188,7 @@ func (d *digestBuilder) session(h Header, shift time.Duration, shifted int) *Ses
 			continue
 		}
 		detailed++
-		if d.lastKind[r] == trace.KindLog {
+		if m.lastKind == trace.KindLog {
 			at := m.lastAt
 			if shifted > 0 && at < shift {
 				at += shift // a run that ended before the shift was known
@@ -240,6 +230,9 @@ type runMeta struct {
 	// The cold request: every version of the cold-phase requests by id,
 	// the earliest done one wins (as Run.ColdRequest).
 	cold map[string]trace.Request
+	// lastKind is the kind of the run's latest event so far (an import's
+	// digest marks a run that ends on a log line).
+	lastKind trace.Kind
 }
 
 // Its memory does not grow with the number of runs: a run's meta is kept
@@ -253,6 +246,10 @@ type runMetas struct {
 	maxRun int
 	open   []int           // runs not kept in detail whose meta is still held
 	cold   []time.Duration // the cold totals of the runs that left
+	// The meta of the last event's run: runs come in long stretches,
+	// and add runs for every event of an import.
+	lastRun int
+	last    *runMeta
 }
 
 func newRunMetas() *runMetas {
@@ -277,12 +274,16 @@ func scanRunMetas(path string) (*runMetas, error) {
 	return ms, nil
 }
 
-// add takes one event of the first pass.
-func (ms *runMetas) add(e *trace.Event) {
-	m := ms.byRun[e.Run]
+// add takes one event of the first pass and returns its run's meta (nil
+// for a late event of a run already summarised).
+func (ms *runMetas) add(e *trace.Event) *runMeta {
+	m := ms.last
+	if m == nil || ms.lastRun != e.Run {
+		m = ms.byRun[e.Run]
+	}
 	if m == nil {
 		if ms.first >= maxDigestRuns-1 && e.Run < ms.maxRun-1 {
-			return // a late event of a run already summarised
+			return nil // a late event of a run already summarised
 		}
 		m = &runMeta{keep: ms.first < maxDigestRuns-1}
 		if m.keep {
@@ -307,6 +308,8 @@ func (ms *runMetas) add(e *trace.Event) {
 		}
 	}
 	m.add(e)
+	ms.lastRun, ms.last = e.Run, m
+	return m
 }
 
 // add takes one event of the run.
@@ -367,6 +370,9 @@ func (ms *runMetas) leave(r int, m *runMeta) {
 		ms.cold = append(ms.cold, m.coldEnd()-m.startAt())
 	}
 	delete(ms.byRun, r)
+	if ms.last == m {
+		ms.last = nil
+	}
 }
 
 // finish is every run's cold total (the runs still kept included).
