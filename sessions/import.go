@@ -265,11 +265,13 @@ func runImport(r io.Reader, opts ImportOptions, emit func(*trace.Event) error) (
 func (im *importer) line(l string) error {
 	im.lines++
 	u := serverlog.Unwrap(l, im.ref)
+	// What is kept of a line is copied: a line is a piece of a block of
+	// the log (logReader), which it would keep alive.
 	if u.Wrapper != "" && im.wrapper == "" {
-		im.wrapper = u.Wrapper
+		im.wrapper = strings.Clone(u.Wrapper)
 	}
 	if u.Host != "" && im.host == "" {
-		im.host = u.Host
+		im.host = strings.Clone(u.Host)
 	}
 	at, _ := im.clock.Place(u)
 	spans, stage := im.p.FeedUnwrapped(at, u.Line)
@@ -294,7 +296,7 @@ func (im *importer) line(l string) error {
 		if im.rejected > maxRejectMarkers {
 			goto marked // counted in the header's note, not marked again
 		}
-		text := l
+		text := strings.Clone(l)
 		if len(text) > 300 {
 			text = text[:300] + "…"
 		}
@@ -708,9 +710,12 @@ func (h *lateHeap) pop() lateEvent {
 // It reads a block of lines at a time and makes one string of the block,
 // of which each line is a substring: a string per line was most of an
 // import's allocations (and of its garbage collection). A line keeps its
-// block alive while something holds it; the import holds lines only while
-// they wait to be written, and the parser a few (a span's line, the
-// origin), so what stays alive is bounded, not growing with the log.
+// block alive while something holds it, so nothing that outlives the
+// writing of its line holds one: the import holds lines only while they
+// wait to be written, and copies what it keeps (the parser's spans and
+// origin share no memory with the lines; a refused line's marker, the
+// collector's name); what stays alive is bounded, not growing with the
+// log.
 type logReader struct {
 	br       *bufio.Reader
 	gz       *gzip.Reader

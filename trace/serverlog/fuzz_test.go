@@ -180,7 +180,8 @@ func FuzzStageLine(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		fast, ok := fastStageLine(line)
+		var in interner
+		fast, ok := fastStageLine(line, &in)
 		if !ok {
 			return
 		}

@@ -153,7 +153,7 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 	case TimeRejected:
 		c.Rejected++
 		if c.FirstRejected == "" {
-			c.FirstRejected = u.Line
+			c.FirstRejected = strings.Clone(u.Line)
 		}
 		return c.lastAt, how
 	default:

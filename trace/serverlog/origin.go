@@ -47,24 +47,24 @@ func (p *Parser) noteGPU(name string) {
 			return
 		}
 	}
-	p.origin.GPUs = append(p.origin.GPUs, name)
+	p.origin.GPUs = append(p.origin.GPUs, strings.Clone(name))
 }
 
 func (p *Parser) noteDevice(d string) {
 	if p.origin.Device == "" && d != "" && len(d) < 32 {
-		p.origin.Device = strings.ToLower(d)
+		p.origin.Device = strings.Clone(strings.ToLower(d))
 	}
 }
 
 func (p *Parser) noteVersion(v string) {
 	if p.origin.Version == "" && v != "" && len(v) < 64 {
-		p.origin.Version = v
+		p.origin.Version = strings.Clone(v)
 	}
 }
 
 func (p *Parser) noteModel(m string) {
 	if p.origin.Model == "" && m != "" && len(m) < 256 {
-		p.origin.Model = m
+		p.origin.Model = strings.Clone(m)
 	}
 }
 

@@ -35,6 +35,11 @@ const maxAutoBuffer = 200
 // model"): the launcher's process_start covers spawn → first line, so the
 // two meet. A log that starts mid-startup gets no runtime_init.
 //
+// The spans and the origin a parser returns share no memory with the
+// lines it was fed (their texts are copied): a caller may cut lines out of
+// a large buffer (import reads a block of lines at once) without a span
+// it keeps keeping the buffer alive.
+//
 // A Parser is not safe for concurrent use: give each target's output one
 // parser and feed it from one goroutine (the launcher merges stdout and
 // stderr into one ordered stream per target before feeding).
@@ -89,6 +94,9 @@ type Parser struct {
 
 	// rejected says why the last line's figures were refused.
 	rejected string
+	// names are the attribute names and values of stage lines, copied
+	// once (see interner).
+	names interner
 	// noPrefilter runs every line through the rules (tests compare).
 	noPrefilter bool
 	origin      Origin
@@ -221,7 +229,7 @@ func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 	p.settle(at)
 	p.hits = p.hits[:0]
 	worker := ""
-	if sl, err := parseStageLine(line); err == nil {
+	if sl, err := parseStageLine(line, &p.names); err == nil {
 		p.lastAt = at
 		settled := p.emit()
 		sp, ok := p.stageLine(at, sl)

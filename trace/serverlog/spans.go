@@ -3,6 +3,7 @@ package serverlog
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
@@ -183,6 +184,9 @@ func (g *group) span() trace.Span {
 	}
 	attrs := make(trace.Attrs, len(g.attrs)+4)
 	for k, v := range g.attrs {
+		if s, ok := v.(string); ok {
+			v = strings.Clone(s) // a piece of a line: the span keeps no line's memory
+		}
 		attrs[k] = v
 	}
 	if nrep > 0 {
@@ -192,7 +196,7 @@ func (g *group) span() trace.Span {
 		}
 	}
 	if g.line != "" {
-		attrs[trace.AttrLine] = g.line
+		attrs[trace.AttrLine] = strings.Clone(g.line)
 	}
 	if g.unfinished {
 		attrs["unfinished"] = true

@@ -12,9 +12,10 @@ import (
 // shape the engine writes (trace.StageLine.Marshal: treni_stage, stage,
 // start_ns, end_ns, pid, attrs of numbers, strings and booleans) is read
 // by hand, which a log of stage lines spends most of its import on; any
-// other shape goes to trace.ParseStageLine, whose errors it returns.
-func parseStageLine(line string) (trace.StageLine, error) {
-	if sl, ok := fastStageLine(line); ok {
+// other shape goes to trace.ParseStageLine, whose errors it returns. The
+// result shares no memory with line (names come from in).
+func parseStageLine(line string, in *interner) (trace.StageLine, error) {
+	if sl, ok := fastStageLine(line, in); ok {
 		return sl, nil
 	}
 	return trace.ParseStageLine(line)
@@ -22,7 +23,7 @@ func parseStageLine(line string) (trace.StageLine, error) {
 
 // fastStageLine reads the engine's own shape of a stage line; false for
 // anything else (which the JSON decoder then reads or refuses).
-func fastStageLine(line string) (trace.StageLine, bool) {
+func fastStageLine(line string, in *interner) (trace.StageLine, bool) {
 	var sl trace.StageLine
 	s, ok := strings.CutPrefix(strings.TrimSpace(line), `{"treni_stage":"`+trace.StageLineTag+`","stage":"`)
 	if !ok {
@@ -32,10 +33,11 @@ func fastStageLine(line string) (trace.StageLine, bool) {
 	if q <= 0 {
 		return sl, false
 	}
-	sl.Tag, sl.Stage, s = trace.StageLineTag, trace.Stage(s[:q]), s[q+1:]
-	if !sl.Stage.Valid() {
+	sl.Tag = trace.StageLineTag
+	if sl.Stage, ok = canonicalStage(s[:q]); !ok {
 		return sl, false
 	}
+	s = s[q+1:]
 	if sl.StartNS, s, ok = intField(s, `,"start_ns":`); !ok {
 		return sl, false
 	}
@@ -50,33 +52,54 @@ func fastStageLine(line string) (trace.StageLine, bool) {
 		sl.PID = int(pid)
 	}
 	if rest, ok := strings.CutPrefix(s, `,"attrs":{`); ok {
-		sl.Attrs = trace.Attrs{}
-		if s, ok = flatAttrs(rest, sl.Attrs); !ok {
+		sl.Attrs = make(trace.Attrs, 4)
+		if s, ok = flatAttrs(rest, sl.Attrs, in); !ok {
 			return sl, false
 		}
 	}
 	return sl, s == "}"
 }
 
-// intField reads `key` and the integer after it.
+// canonicalStage is the taxonomy's own string for name: a stage line's
+// span must not keep the line's memory alive.
+func canonicalStage(name string) (trace.Stage, bool) {
+	for _, st := range trace.Stages() {
+		if string(st) == name {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// intField reads `key` and the integer after it (JSON's: no leading
+// zero, within int64).
 func intField(s, key string) (int64, string, bool) {
 	s, ok := strings.CutPrefix(s, key)
 	if !ok {
 		return 0, s, false
 	}
+	neg := len(s) > 0 && s[0] == '-'
 	i := 0
-	if i < len(s) && s[i] == '-' {
+	if neg {
 		i++
 	}
+	var u uint64
 	j := i
-	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-		j++
+	for ; j < len(s) && s[j] >= '0' && s[j] <= '9'; j++ {
+		if j-i == 19 {
+			return 0, s, false // beyond int64
+		}
+		u = u*10 + uint64(s[j]-'0')
 	}
-	if j == i || s[i] == '0' && j-i > 1 { // JSON has no leading zeros
+	switch {
+	case j == i, s[i] == '0' && j-i > 1: // JSON has no leading zeros
 		return 0, s, false
+	case neg && u > 1<<63, !neg && u > 1<<63-1:
+		return 0, s, false
+	case neg:
+		return -int64(u), s[j:], true // -(1<<63) wraps onto itself
 	}
-	n, err := strconv.ParseInt(s[:j], 10, 64)
-	return n, s[j:], err == nil
+	return int64(u), s[j:], true
 }
 
 // plainString: valid UTF-8 without control bytes, so that JSON reads it
@@ -126,8 +149,9 @@ func jsonNumber(v string) bool {
 }
 
 // flatAttrs reads `"k":v,…}` of numbers, plain strings and booleans into
-// a and returns what follows the closing brace.
-func flatAttrs(s string, a trace.Attrs) (string, bool) {
+// a (keys and strings through in) and returns what follows the closing
+// brace.
+func flatAttrs(s string, a trace.Attrs, in *interner) (string, bool) {
 	if rest, ok := strings.CutPrefix(s, "}"); ok {
 		return rest, true
 	}
@@ -150,23 +174,66 @@ func flatAttrs(s string, a trace.Attrs) (string, bool) {
 		}
 		switch v := s[:end]; {
 		case v == "true", v == "false":
-			a[key] = v == "true"
+			a[in.get(key)] = v == "true"
 		case v[0] == '"':
 			// A string: plain (no escape, no comma or brace inside).
 			if len(v) < 2 || v[len(v)-1] != '"' || strings.ContainsAny(v[1:len(v)-1], `"\`) || !plainString(v[1:len(v)-1]) {
 				return s, false
 			}
-			a[key] = v[1 : len(v)-1]
+			a[in.get(key)] = in.get(v[1 : len(v)-1])
 		default:
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || !jsonNumber(v) {
-				return s, false
+			f, ok := smallInt(v)
+			if !ok {
+				var err error
+				if f, err = strconv.ParseFloat(v, 64); err != nil || !jsonNumber(v) {
+					return s, false
+				}
 			}
-			a[key] = f
+			a[in.get(key)] = f
 		}
 		if s[end] == '}' {
 			return s[end+1:], true
 		}
 		s = s[end+1:]
 	}
+}
+
+// smallInt reads a non-negative integer of at most 15 digits without a
+// leading zero (byte counts, block counts): ParseFloat's reading of it,
+// exactly, without ParseFloat.
+func smallInt(v string) (float64, bool) {
+	if len(v) == 0 || len(v) > 15 || v[0] == '0' && len(v) > 1 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return float64(n), true
+}
+
+// interner hands out one copy of each name (an attribute's key, a short
+// string value) a parser meets, so that what it returns shares no memory
+// with the lines it was fed: import reads a block of lines at once, and a
+// span that kept one line's text would keep the block alive. It holds at
+// most maxInterned names; past that, each is copied.
+type interner map[string]string
+
+const maxInterned = 1024
+
+func (in *interner) get(s string) string {
+	if c, ok := (*in)[s]; ok {
+		return c
+	}
+	c := strings.Clone(s)
+	if len(s) <= 64 && len(*in) < maxInterned {
+		if *in == nil {
+			*in = interner{}
+		}
+		(*in)[c] = c
+	}
+	return c
 }
