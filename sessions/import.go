@@ -32,6 +32,10 @@ type ImportOptions struct {
 	// was written. Zero means now; ImportFile uses the file's
 	// modification time.
 	Ref time.Time
+
+	// serial reads, parses and writes on the calling goroutine (tests
+	// hold the pipeline to it).
+	serial bool
 }
 
 // ErrUnknownServer is wrapped by Import when --kind auto cannot tell which
@@ -234,22 +238,26 @@ func runImport(r io.Reader, opts ImportOptions, emit func(*trace.Event) error) (
 		return nil, err
 	}
 	for _, l := range head {
-		if err := im.line(l); err != nil {
+		if err := im.line(l, serverlog.Unwrap(l, ref), serverlog.Prepared{}); err != nil {
 			return nil, err
 		}
 	}
 	head = nil
-	for {
-		l, ok := lr.next()
-		if !ok {
-			break
+	if opts.serial {
+		for {
+			l, ok := lr.next()
+			if !ok {
+				break
+			}
+			if err := im.line(l, serverlog.Unwrap(l, ref), serverlog.Prepared{}); err != nil {
+				return nil, err
+			}
 		}
-		if err := im.line(l); err != nil {
-			return nil, err
+		if lr.err != nil {
+			return nil, lr.err
 		}
-	}
-	if lr.err != nil {
-		return nil, lr.err
+	} else if err := im.readAhead(lr); err != nil {
+		return nil, err
 	}
 	if err := im.finish(); err != nil {
 		return nil, err
@@ -261,10 +269,29 @@ func runImport(r io.Reader, opts ImportOptions, emit func(*trace.Event) error) (
 	return im, nil
 }
 
-// line imports one line.
-func (im *importer) line(l string) error {
+// readAhead imports the rest of the log's lines as a goroutine of their
+// own reads and prepares them (startReadAhead).
+func (im *importer) readAhead(lr *logReader) error {
+	ra := startReadAhead(lr, im.ref)
+	defer ra.stop()
+	for {
+		b, ok := ra.next()
+		if !ok {
+			return ra.err
+		}
+		for i := range b {
+			if err := im.line(b[i].text, b[i].u, b[i].pre); err != nil {
+				return err
+			}
+		}
+		ra.recycle(b)
+	}
+}
+
+// line imports one line (u: unwrapped; pre: read ahead, or the zero
+// Prepared).
+func (im *importer) line(l string, u serverlog.Unwrapped, pre serverlog.Prepared) error {
 	im.lines++
-	u := serverlog.Unwrap(l, im.ref)
 	// What is kept of a line is copied: a line is a piece of a block of
 	// the log (logReader), which it would keep alive.
 	if u.Wrapper != "" && im.wrapper == "" {
@@ -274,7 +301,7 @@ func (im *importer) line(l string) error {
 		im.host = strings.Clone(u.Host)
 	}
 	at, _ := im.clock.Place(u)
-	spans, stage := im.p.FeedUnwrapped(at, u.Line)
+	spans, stage := im.p.FeedPrepared(at, u.Line, pre)
 	if err := im.spansOut(spans, im.p.LastRuns()); err != nil {
 		return err
 	}

@@ -6,60 +6,58 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/treni-top/treni-top/trace"
 )
 
-// benchLog is a vLLM log of about mb megabytes: the shared serve fixture
-// (a start of the server) followed by request chatter, repeated, as a
-// production log with restarts is.
-func benchLog(b *testing.B, mb int) []byte {
-	b.Helper()
-	startup := readFixtureFileB(b, "vllm/v0.8.5.post1-v1engine-qwen2.5-1.5b-serve.log")
-	var buf bytes.Buffer
-	t := time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)
-	for buf.Len() < mb<<20 {
-		buf.Write(startup)
-		for i := 0; i < 2000; i++ {
-			buf.WriteString("INFO " + t.Format("01-02 15:04:05") + " [logger.py:39] Received request chatcmpl-1: prompt: 'Write a haiku about the sea.', params: SamplingParams(n=1, temperature=0.7, max_tokens=128)\n")
-			t = t.Add(7 * time.Millisecond)
-		}
-	}
-	return buf.Bytes()
-}
+// benchKinds are the kinds the import benchmarks run on.
+var benchKinds = []string{"vllm", "sglang", "tgi", "llama.cpp", "ollama", "treni"}
 
-func readFixtureFileB(b *testing.B, rel string) []byte {
-	data, err := os.ReadFile(filepath.Join(importFixtureDir, rel))
-	if err != nil {
-		b.Fatalf("fixture: %v", err)
-	}
-	return data
-}
-
-// BenchmarkImportFile imports a 32 MB vLLM log into a session file (run
-// with -benchmem: the allocations do not grow with the log's size;
-// scripts/import-bench.sh measures peak RSS on 300 MB–1 GB logs).
+// BenchmarkImportFile imports a 32 MB synthetic log of each kind
+// (synthLog: scripts/genlog.py's shapes) into a session file, with its
+// three goroutines (run with -benchmem: the allocations do not grow with
+// the log's size; scripts/import-bench.sh measures peak RSS and wall and
+// CPU time on 300 MB–1 GB logs; -cpuprofile shows where the time goes).
 func BenchmarkImportFile(b *testing.B) {
-	data := benchLog(b, 32)
+	for _, kind := range benchKinds {
+		b.Run("kind="+kind, func(b *testing.B) {
+			benchImport(b, kind, ImportOptions{Kind: kind, Ref: importRef})
+		})
+	}
+}
+
+// BenchmarkImportFileSerial is BenchmarkImportFile on one goroutine: the
+// CPU time an import costs, whatever the cores.
+func BenchmarkImportFileSerial(b *testing.B) {
+	for _, kind := range benchKinds {
+		b.Run("kind="+kind, func(b *testing.B) {
+			benchImport(b, kind, ImportOptions{Kind: kind, Ref: importRef, serial: true})
+		})
+	}
+}
+
+func benchImport(b *testing.B, kind string, opts ImportOptions) {
+	data := synthLog(kind, 32<<20)
 	dir := b.TempDir()
-	in := filepath.Join(dir, "vllm.log")
+	in := filepath.Join(dir, "server.log")
 	if err := os.WriteFile(in, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := ImportFile(in, filepath.Join(dir, "s.jsonl"), ImportOptions{Kind: "vllm", Ref: importRef}); err != nil {
+		if _, err := ImportFile(in, filepath.Join(dir, "s.jsonl"), opts); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// BenchmarkReportDigest reads the session of that log as report does
-// (OpenDigest, BuildReport, Markdown).
+// BenchmarkReportDigest reads the session of a 32 MB vLLM log as report
+// does (OpenDigest, BuildReport, Markdown).
 func BenchmarkReportDigest(b *testing.B) {
 	dir := b.TempDir()
 	in := filepath.Join(dir, "vllm.log")
-	if err := os.WriteFile(in, benchLog(b, 32), 0o644); err != nil {
+	if err := os.WriteFile(in, synthLog("vllm", 32<<20), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	out := filepath.Join(dir, "s.jsonl")
@@ -76,6 +74,54 @@ func BenchmarkReportDigest(b *testing.B) {
 		}
 		if md := BuildReport(s).Markdown(); !strings.Contains(md, "cold start") {
 			b.Fatal("no cold start in the report")
+		}
+	}
+}
+
+// BenchmarkEventEncoding encodes the events an import writes most: a log
+// line, a stage line's log line and its span, a marker.
+func BenchmarkEventEncoding(b *testing.B) {
+	stageText := `{"treni_stage":"v1","stage":"kv_alloc","start_ns":1748764800000000000,"end_ns":1748764800002500000,"pid":1000,"attrs":{"bytes":1503238150,"gb_per_s":30.50}}`
+	events := []trace.Event{
+		{At: 123456789, Kind: trace.KindLog, Log: &trace.Log{Stream: "file", Text: "INFO 06-01 08:00:00 [loggers.py:116] Engine 000: Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: 88.1 tokens/s, Running: 3 reqs"}},
+		{At: 123456789, Run: 4, Kind: trace.KindLog, Log: &trace.Log{Stream: "file", Text: stageText, Stage: trace.StageKVAlloc}},
+		{At: 123456789, Run: 4, Kind: trace.KindStage, Stage: &trace.Span{Name: trace.StageKVAlloc, Start: 123000000, End: 123456789, Source: "engine",
+			Attrs: trace.Attrs{"bytes": 1503238150.0, "gb_per_s": 30.5}}},
+		{At: 123456789, Run: 4, Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerLogClock,
+			Attrs: trace.Attrs{"timed_lines": 9.0, "lines": 9.0, "wrapper_lines": 0.0, "untimed_lines": 0.0, "rejected_lines": 0.0}}},
+	}
+	var n int64
+	for i := range events {
+		line, _ := appendEvent(nil, &events[i])
+		n += int64(len(line))
+	}
+	b.SetBytes(n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var buf []byte
+	for i := 0; i < b.N; i++ {
+		for j := range events {
+			buf, _ = appendEvent(buf[:0], &events[j])
+		}
+	}
+}
+
+// BenchmarkLogReader reads a 32 MB log's lines (logReader: blocks, one
+// string each, cleaned).
+func BenchmarkLogReader(b *testing.B) {
+	data := synthLog("vllm", 32<<20)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lr, err := newLogReader(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ok := lr.next(); ok; _, ok = lr.next() {
+		}
+		if lr.err != nil {
+			b.Fatal(lr.err)
 		}
 	}
 }

@@ -67,7 +67,7 @@ func importToFile(r io.Reader, out string, opts ImportOptions) (_ *Session, err 
 	// The digest is built on the writer's goroutine, from the events as
 	// they are written: the parsing goroutine has the most to do.
 	dg := newDigestBuilder()
-	w := startEventWriter(body, dg.add)
+	w := startEventWriter(body, dg.add, opts.serial)
 	im, err := runImport(r, opts, w.write)
 	if werr := w.close(); err == nil {
 		err = werr
@@ -243,60 +243,89 @@ func shiftLine(dst, line []byte, d time.Duration) []byte {
 }
 
 // eventWriter encodes and writes events on a goroutine of its own, in
-// batches, so that the import's parsing and its writing use two cores.
-// Its owner (importToFile) stops it with close, which waits for it.
+// batches, so that the import's parsing and its writing use two cores
+// (inline: on the caller's, for the tests that compare). Its owner
+// (importToFile) stops it with close, which waits for it.
 type eventWriter struct {
 	batch []trace.Event
 	work  chan []trace.Event
 	free  chan []trace.Event
 	done  chan error
+	out   *eventSink     // inline: written here as they come
+	one   [1]trace.Event // inline: the event being written
+}
+
+// eventSink encodes events into a session file's body.
+type eventSink struct {
+	f    *os.File
+	bw   *bufio.Writer
+	le   lineEncoder
+	also func(*trace.Event)
+	err  error
+}
+
+// put writes a batch of events (nothing after an error).
+func (s *eventSink) put(b []trace.Event) {
+	if s.err != nil {
+		return
+	}
+	for i := range b {
+		s.le.write(s.bw, &b[i])
+		s.also(&b[i])
+	}
+	if s.le.writeErr != nil {
+		s.err = fmt.Errorf("write %s: %w", s.f.Name(), s.le.writeErr)
+	} else if s.le.dropped > 0 {
+		// The parsers refuse values JSON cannot hold; an event that
+		// still fails to encode is a bug, and no session is left.
+		s.err = fmt.Errorf("%w (a bug in treni-top; please report it with the log)", s.le.droppedErr(s.f.Name()))
+	}
+}
+
+// finish flushes what is buffered and returns the first error.
+func (s *eventSink) finish() error {
+	if s.err == nil {
+		if err := s.bw.Flush(); err != nil {
+			s.err = fmt.Errorf("write %s: %w", s.f.Name(), err)
+		}
+	}
+	return s.err
 }
 
 // writerBatch is how many events go to the writer at once.
 const writerBatch = 512
 
 // startEventWriter starts the writer of events to f; each is also handed
-// to also, on the writer's goroutine, once written.
-func startEventWriter(f *os.File, also func(*trace.Event)) *eventWriter {
+// to also, on the writer's goroutine, once written. inline writes on the
+// caller's goroutine instead.
+func startEventWriter(f *os.File, also func(*trace.Event), inline bool) *eventWriter {
+	sink := &eventSink{f: f, bw: bufio.NewWriterSize(f, 1<<20), also: also}
+	if inline {
+		return &eventWriter{out: sink}
+	}
 	w := &eventWriter{work: make(chan []trace.Event, 4), free: make(chan []trace.Event, 5), done: make(chan error, 1)}
 	for i := 0; i < 5; i++ {
 		w.free <- make([]trace.Event, 0, writerBatch)
 	}
 	w.batch = <-w.free
 	go func() {
-		bw := bufio.NewWriterSize(f, 1<<20)
-		var le lineEncoder
-		var err error
 		for b := range w.work {
-			if err == nil {
-				for i := range b {
-					le.write(bw, &b[i])
-					also(&b[i])
-				}
-				if le.writeErr != nil {
-					err = fmt.Errorf("write %s: %w", f.Name(), le.writeErr)
-				} else if le.dropped > 0 {
-					// The parsers refuse values JSON cannot hold; an
-					// event that still fails to encode is a bug, and no
-					// session is left.
-					err = fmt.Errorf("%w (a bug in treni-top; please report it with the log)", le.droppedErr(f.Name()))
-				}
-			}
+			sink.put(b)
 			clear(b)
 			w.free <- b[:0]
 		}
-		if err == nil {
-			if ferr := bw.Flush(); ferr != nil {
-				err = fmt.Errorf("write %s: %w", f.Name(), ferr)
-			}
-		}
-		w.done <- err
+		w.done <- sink.finish()
 	}()
 	return w
 }
 
 // write queues one event; a failed write is reported by close.
 func (w *eventWriter) write(e *trace.Event) error {
+	if w.out != nil {
+		w.one[0] = *e
+		w.out.put(w.one[:])
+		return nil
+	}
 	w.batch = append(w.batch, *e)
 	if len(w.batch) == writerBatch {
 		w.work <- w.batch
@@ -307,6 +336,9 @@ func (w *eventWriter) write(e *trace.Event) error {
 
 // close writes what is queued, stops the writer and returns its error.
 func (w *eventWriter) close() error {
+	if w.out != nil {
+		return w.out.finish()
+	}
 	if len(w.batch) > 0 {
 		w.work <- w.batch
 	}

@@ -164,6 +164,36 @@ func (p *Parser) Feed(at time.Duration, line string) ([]trace.Span, trace.Stage)
 // FeedUnwrapped is Feed for a line whose collectors' prefixes the caller
 // already stripped with Unwrap.
 func (p *Parser) FeedUnwrapped(at time.Duration, line string) ([]trace.Span, trace.Stage) {
+	return p.FeedPrepared(at, line, Prepared{})
+}
+
+// Prepared is what a Preparer read of a line ahead of the parser.
+type Prepared struct {
+	ok    bool // prepared (the zero Prepared is not)
+	stage trace.StageLine
+	err   error // from reading it as a stage line
+}
+
+// A Preparer reads lines ahead of a parser, on a goroutine of the
+// caller's, doing the part of parsing that needs nothing from the lines
+// before (reading the built-in engine's stage lines, most of the work on
+// a log of them), so that two cores share an import's parsing. Its
+// results are fed, in the lines' order, to FeedPrepared. A Preparer is
+// not safe for concurrent use; what it returns may go to another
+// goroutine.
+type Preparer struct {
+	names interner
+}
+
+// Prepare reads line (unwrapped) for FeedPrepared.
+func (pr *Preparer) Prepare(line string) Prepared {
+	sl, err := parseStageLine(strings.TrimRight(line, "\r\n"), &pr.names)
+	return Prepared{ok: true, stage: sl, err: err}
+}
+
+// FeedPrepared is FeedUnwrapped for a line a Preparer read (pre; the zero
+// Prepared for a line that was not).
+func (p *Parser) FeedPrepared(at time.Duration, line string, pre Prepared) ([]trace.Span, trace.Stage) {
 	line = strings.TrimRight(line, "\r\n")
 	p.rejected = ""
 	if !p.started {
@@ -185,7 +215,7 @@ func (p *Parser) FeedUnwrapped(at time.Duration, line string) ([]trace.Span, tra
 		// This line was the last one detect fed.
 		return p.takeOut(out), p.lastStage
 	}
-	sp, st := p.feed(at, line)
+	sp, st := p.feed(at, line, pre)
 	return p.takeOut(sp), st
 }
 
@@ -224,12 +254,15 @@ func (p *Parser) Tick(at time.Duration) []trace.Span {
 	return p.takeOut(p.emit())
 }
 
-func (p *Parser) feed(at time.Duration, line string) ([]trace.Span, trace.Stage) {
+func (p *Parser) feed(at time.Duration, line string, pre Prepared) ([]trace.Span, trace.Stage) {
 	p.changed = p.changed[:0]
 	p.settle(at)
 	p.hits = p.hits[:0]
 	worker := ""
-	if sl, err := parseStageLine(line, &p.names); err == nil {
+	if !pre.ok {
+		pre.stage, pre.err = parseStageLine(line, &p.names)
+	}
+	if sl, err := pre.stage, pre.err; err == nil {
 		p.lastAt = at
 		settled := p.emit()
 		sp, ok := p.stageLine(at, sl)
@@ -435,7 +468,7 @@ func (p *Parser) detect(k Kind) []trace.Span {
 	p.pending = nil
 	var out []trace.Span
 	for _, pl := range buf {
-		sp, st := p.feed(pl.at, pl.line)
+		sp, st := p.feed(pl.at, pl.line, Prepared{})
 		out = append(out, sp...)
 		p.lastStage = st
 	}
