@@ -587,8 +587,9 @@ func trimForNote(s string) string {
 // maxReorder events; a span older than all of them goes out at the oldest
 // offset still queued rather than out of order.
 type reorder struct {
-	fifo  []trace.Event // in order (lines, markers): a ring
+	ring  []trace.Event // in order (lines, markers): n of them from head, wrapping
 	head  int
+	n     int
 	late  lateHeap // out of order (spans)
 	seq   uint64
 	last  time.Duration // the latest offset handed on
@@ -603,13 +604,13 @@ func (q *reorder) push(e trace.Event, emit func(*trace.Event) error) error {
 	if e.At < q.last {
 		e.At = q.last
 	}
-	if n := len(q.fifo) - q.head; n == 0 || e.At >= q.fifo[len(q.fifo)-1].At {
-		q.fifo = append(q.fifo, e)
+	if q.n == 0 || e.At >= q.fifoAt(q.n-1).At {
+		q.fifoPush(e)
 	} else {
 		q.seq++
 		q.late.push(lateEvent{e, q.seq})
 	}
-	for len(q.fifo)-q.head+q.late.len() > maxReorder {
+	for q.n+q.late.len() > maxReorder {
 		if err := q.pop(emit); err != nil {
 			return err
 		}
@@ -617,18 +618,39 @@ func (q *reorder) push(e trace.Event, emit func(*trace.Event) error) error {
 	return nil
 }
 
+// fifoAt is the i-th in-order event queued.
+func (q *reorder) fifoAt(i int) *trace.Event {
+	i += q.head
+	if i >= len(q.ring) {
+		i -= len(q.ring)
+	}
+	return &q.ring[i]
+}
+
+// fifoPush queues an in-order event last, growing the ring when full.
+func (q *reorder) fifoPush(e trace.Event) {
+	if q.n == len(q.ring) {
+		grown := make([]trace.Event, max(1024, 2*len(q.ring)))
+		for i := 0; i < q.n; i++ {
+			grown[i] = *q.fifoAt(i)
+		}
+		q.ring, q.head = grown, 0
+	}
+	*q.fifoAt(q.n) = e
+	q.n++
+}
+
 // pop hands on the earliest queued event (the in-order one on a tie: it
 // was queued first).
 func (q *reorder) pop(emit func(*trace.Event) error) error {
 	e := &q.out
-	if q.late.len() > 0 && (q.head == len(q.fifo) || q.late.min().e.At < q.fifo[q.head].At) {
+	if q.late.len() > 0 && (q.n == 0 || q.late.min().e.At < q.fifoAt(0).At) {
 		*e = q.late.pop().e
 	} else {
-		*e = q.fifo[q.head]
-		q.fifo[q.head] = trace.Event{}
-		q.head++
-		if q.head > 4096 && q.head*2 > len(q.fifo) {
-			q.fifo = append(q.fifo[:0], q.fifo[q.head:]...)
+		f := q.fifoAt(0)
+		*e, *f = *f, trace.Event{}
+		q.head, q.n = q.head+1, q.n-1
+		if q.head == len(q.ring) {
 			q.head = 0
 		}
 	}
@@ -649,8 +671,8 @@ func (q *reorder) retag(from, to int, at time.Duration) {
 			e.Run = to
 		}
 	}
-	for i := q.head; i < len(q.fifo); i++ {
-		move(&q.fifo[i])
+	for i := 0; i < q.n; i++ {
+		move(q.fifoAt(i))
 	}
 	for i := range q.late {
 		move(&q.late[i].e)
@@ -660,8 +682,8 @@ func (q *reorder) retag(from, to int, at time.Duration) {
 // shift moves every queued event later by d, except the first start of
 // the session (run 0's process start at zero).
 func (q *reorder) shift(d time.Duration) {
-	for i := q.head; i < len(q.fifo); i++ {
-		if e := &q.fifo[i]; !(e.Kind == trace.KindProcess && e.Run == 0 && e.At == 0) {
+	for i := 0; i < q.n; i++ {
+		if e := q.fifoAt(i); !(e.Kind == trace.KindProcess && e.Run == 0 && e.At == 0) {
 			shiftEvent(e, d)
 		}
 	}
@@ -671,7 +693,7 @@ func (q *reorder) shift(d time.Duration) {
 }
 
 func (q *reorder) drain(emit func(*trace.Event) error) error {
-	for len(q.fifo)-q.head+q.late.len() > 0 {
+	for q.n+q.late.len() > 0 {
 		if err := q.pop(emit); err != nil {
 			return err
 		}
