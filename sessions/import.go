@@ -272,7 +272,7 @@ func runImport(r io.Reader, opts ImportOptions, emit func(*trace.Event) error) (
 // readAhead imports the rest of the log's lines as a goroutine of their
 // own reads and prepares them (startReadAhead).
 func (im *importer) readAhead(lr *logReader) error {
-	ra := startReadAhead(lr, im.ref)
+	ra := startReadAhead(lr, im.ref, im.kind)
 	defer ra.stop()
 	for {
 		b, ok := ra.next()
@@ -300,7 +300,7 @@ func (im *importer) line(l string, u serverlog.Unwrapped, pre serverlog.Prepared
 	if u.Host != "" && im.host == "" {
 		im.host = strings.Clone(u.Host)
 	}
-	at, _ := im.clock.Place(u)
+	at, _ := im.clock.PlacePrepared(u, pre)
 	spans, stage := im.p.FeedPrepared(at, u.Line, pre)
 	if err := im.spansOut(spans, im.p.LastRuns()); err != nil {
 		return err

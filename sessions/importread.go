@@ -8,11 +8,12 @@ import (
 
 // An import runs on three goroutines: one reads the log and prepares its
 // lines (readAhead: the lines cut from blocks, cleaned, their collectors'
-// prefixes stripped, the built-in engine's stage lines read), one places
-// and parses them and orders the events (runImport), one encodes and
-// writes the events (eventWriter). Each step needs only its own state,
-// so the three share the machine's cores; bounded channels of batches
-// join them, so memory does not grow with the log.
+// prefixes stripped, the built-in engine's stage lines read, the rules'
+// texts looked for), one places and parses them and orders the events
+// (runImport), one encodes and writes the events (eventWriter). Each step
+// needs only its own state, so the three share the machine's cores;
+// bounded channels of batches join them, so memory does not grow with the
+// log.
 
 // preparedLine is a line as readAhead hands it on.
 type preparedLine struct {
@@ -38,8 +39,8 @@ type readAhead struct {
 }
 
 // startReadAhead starts reading lr's lines after those already read,
-// unwrapping them against ref.
-func startReadAhead(lr *logReader, ref time.Time) *readAhead {
+// unwrapping them against ref and preparing them for a parser of kind.
+func startReadAhead(lr *logReader, ref time.Time, kind serverlog.Kind) *readAhead {
 	ra := &readAhead{work: make(chan []preparedLine, 4), free: make(chan []preparedLine, 6), quit: make(chan struct{}), done: make(chan struct{}), lr: lr}
 	for i := 0; i < 6; i++ {
 		ra.free <- make([]preparedLine, 0, lineBatch)
@@ -47,7 +48,7 @@ func startReadAhead(lr *logReader, ref time.Time) *readAhead {
 	go func() {
 		defer close(ra.done)
 		defer close(ra.work)
-		var pr serverlog.Preparer
+		pr := serverlog.NewPreparer(kind)
 		for {
 			var b []preparedLine
 			select {

@@ -739,3 +739,62 @@ func placeCompare(kind Kind, ref time.Time, lines []string) (with, without strin
 	}
 	return run(false), run(true)
 }
+
+// TestPreparedChangesNothing places and parses every fixture's lines, and
+// lines of the built-in engine's stage lines (usual and odd), as import
+// does (a Preparer reads each ahead: its stage line, the rules' texts)
+// and without one: the offsets, spans and stages are the same.
+func TestPreparedChangesNothing(t *testing.T) {
+	logs := map[string][]string{"engine stage lines": {
+		`{"treni_stage":"v1","stage":"runtime_init","start_ns":1748764800000000000,"end_ns":1748764800002500000,"pid":1000,"attrs":{"bytes":1503238144,"gb_per_s":24.50}}`,
+		`{"treni_stage":"v1","stage":"cuda_init","start_ns":1748764800003000000,"end_ns":1748764800005500000}`,
+		`  {"treni_stage":"v1","stage":"page_cache","start_ns":1748764800006000000,"end_ns":1748764800008500000,"pid":1000,"attrs":{}}  `,
+		`{"treni_stage":"v1","stage":"kv_alloc","start_ns":-0,"end_ns":-0}`,
+		`{"treni_stage":"v1","stage":"kv_alloc","start_ns":0,"end_ns":0}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":01748764800009000000,"end_ns":01748764800010000000}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":1748764800009000000,"end_ns":9223372036854775807}`,
+		`{"treni_stage":"v1","stage":"warmup","start_ns":1748764800009000000,"end_ns":9223372036854775808}`,
+		`{"treni_stage":"v1","start_ns":1748764800011000000,"stage":"http_ready","end_ns":1748764800012000000}`,
+		`{"treni_stage":"v1","stage":"http_ready","start_ns":1748764800013000000,"end_ns":1748764800014000000,"attrs":{"end_ns":5}}`,
+		`not a stage line at all, "end_ns":1748764800015000000`,
+		`{"treni_stage":"v1","stage":"runtime_init","start_ns":1748764801000000000,"end_ns":1748764801002500000,"pid":1001}`,
+	}}
+	for _, rel := range fixtureLogs(t) {
+		logs[rel] = readFixture(t, rel)
+	}
+	for name, lines := range logs {
+		kind := DetectKind(nil, lines)
+		for _, deferred := range []bool{false, true} {
+			if a, b := preparedCompare(kind, deferred, lines); a != b {
+				t.Errorf("%s (%s, deferred %v): preparing the lines changed the result:\n prepared %s\n not      %s", name, kind, deferred, a, b)
+			}
+		}
+	}
+}
+
+// preparedCompare places and parses lines, each read ahead by a Preparer
+// and not, and renders everything the clock and the parser returned.
+func preparedCompare(kind Kind, deferred bool, lines []string) (prepared, not string) {
+	run := func(prepare bool) string {
+		c := NewLineClock(kind, fixtureRef)
+		p := NewParser(kind, trace.ClockAt(fixtureRef))
+		p.SetDeferred(deferred)
+		pr := NewPreparer(kind)
+		var b strings.Builder
+		for i, l := range lines {
+			u := Unwrap(l, fixtureRef)
+			var pre Prepared
+			if prepare {
+				pre = pr.Prepare(u.Line)
+			}
+			at, how := c.PlacePrepared(u, pre)
+			sp, st := p.FeedPrepared(at, u.Line, pre)
+			fmt.Fprintf(&b, "%d %d/%d %s %v %v %q|", i, at, how, st, sp, p.LastRuns(), p.Rejected())
+		}
+		fmt.Fprintf(&b, "flush %v", p.Flush(c.lastAt))
+		at, ok := p.Ready()
+		fmt.Fprintf(&b, " ready %v %v origin %+v run %d", at, ok, p.Origin(), p.Run())
+		return b.String()
+	}
+	return run(true), run(false)
+}

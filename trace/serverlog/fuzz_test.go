@@ -86,6 +86,9 @@ func FuzzFeed(f *testing.F) {
 			if with, without := feedCompare(kind, deferred, []string{a, "INFO 05-09 22:55:45 [loader.py:458] Loading weights took 0.50 seconds", b, a}); with != without {
 				t.Fatalf("the prefilter changed the result:\n with    %s\n without %s", with, without)
 			}
+			if prepared, not := preparedCompare(kind, deferred, []string{a, "INFO 05-09 22:55:45 [loader.py:458] Loading weights took 0.50 seconds", b, a}); prepared != not {
+				t.Fatalf("preparing the lines changed the result:\n prepared %s\n not      %s", prepared, not)
+			}
 		}
 	})
 }

@@ -98,6 +98,13 @@ func (c *LineClock) Timed() int { return c.Own + c.Wrapped }
 
 // Place returns the offset of one unwrapped line and how it was timed.
 func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
+	return c.PlacePrepared(u, Prepared{})
+}
+
+// PlacePrepared is Place for a line a Preparer read (pre, of u.Line): the
+// built-in engine's stage line, already read, gives its stamp without a
+// second reading.
+func (c *LineClock) PlacePrepared(u Unwrapped, pre Prepared) (time.Duration, LineTime) {
 	r := c.prev
 	if c.kind == KindLlamaCpp {
 		r = c.ref
@@ -109,7 +116,12 @@ func (c *LineClock) Place(u Unwrapped) (time.Duration, LineTime) {
 	// on its time (the cached reading holds while the previous stamp is
 	// still the one it was read against, or the cached reading itself,
 	// which reads the same), a zone-less one's zone on its location.
-	if key != "" && !c.noStampCache && key == c.lastKey && (r == c.lastRef || r == c.lastOwn || !yearLess && loc(r) == loc(c.lastRef)) {
+	if c.kind == KindTreni && pre.ok && pre.fast && pre.stage.EndNS > 0 {
+		// treniTime's reading: the line's first "end_ns", which the
+		// engine's shape puts before anything else that could hold it
+		// (its stage name is the taxonomy's), as a positive integer.
+		own, hasOwn = time.Unix(0, pre.stage.EndNS).In(loc(r)), true
+	} else if key != "" && !c.noStampCache && key == c.lastKey && (r == c.lastRef || r == c.lastOwn || !yearLess && loc(r) == loc(c.lastRef)) {
 		own, hasOwn = c.lastOwn, c.lastOK
 	} else {
 		own, hasOwn = ParseTimestamp(c.kind, u.Line, r)

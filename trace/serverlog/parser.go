@@ -172,23 +172,49 @@ type Prepared struct {
 	ok    bool // prepared (the zero Prepared is not)
 	stage trace.StageLine
 	err   error // from reading it as a stage line
+	// fast: the stage line is of the engine's own shape (fastStageLine),
+	// whose end_ns is what treniTime reads as the line's stamp.
+	fast bool
+	// kind is the kind whose rule texts were looked for (none: not looked
+	// for), texts whether the line contains one (the prefilter's answer).
+	kind  Kind
+	texts bool
 }
 
 // A Preparer reads lines ahead of a parser, on a goroutine of the
 // caller's, doing the part of parsing that needs nothing from the lines
 // before (reading the built-in engine's stage lines, most of the work on
-// a log of them), so that two cores share an import's parsing. Its
-// results are fed, in the lines' order, to FeedPrepared. A Preparer is
-// not safe for concurrent use; what it returns may go to another
-// goroutine.
+// a log of them, and looking for the rules' texts, most of it on other
+// logs), so that two cores share an import's parsing. Its results are
+// fed, in the lines' order, to FeedPrepared (and LineClock.PlacePrepared).
+// A Preparer is not safe for concurrent use; what it returns may go to
+// another goroutine.
 type Preparer struct {
 	names interner
+	kind  Kind
+	texts *prefilter // kind's, nil for none
+}
+
+// NewPreparer makes a Preparer for a parser of kind (a concrete kind; for
+// KindAuto it reads stage lines only).
+func NewPreparer(kind Kind) *Preparer {
+	return &Preparer{kind: kind, texts: prefilters[kind]}
 }
 
 // Prepare reads line (unwrapped) for FeedPrepared.
 func (pr *Preparer) Prepare(line string) Prepared {
-	sl, err := parseStageLine(strings.TrimRight(line, "\r\n"), &pr.names)
-	return Prepared{ok: true, stage: sl, err: err}
+	line = strings.TrimRight(line, "\r\n")
+	pre := Prepared{ok: true}
+	if sl, ok := fastStageLine(line, &pr.names); ok {
+		pre.stage, pre.fast = sl, true
+		return pre
+	}
+	if pre.stage, pre.err = trace.ParseStageLine(line); pre.err != nil && pr.texts != nil {
+		// Not a stage line: the parser's rules read it, if the prefilter
+		// lets them.
+		pre.kind, pre.texts = pr.kind, pr.texts.mayMatch(line)
+	}
+	return pre
 }
 
 // FeedPrepared is FeedUnwrapped for a line a Preparer read (pre; the zero
@@ -274,7 +300,7 @@ func (p *Parser) feed(at time.Duration, line string, pre Prepared) ([]trace.Span
 		p.lastAt = at
 		return p.emit(), "" // a malformed stage line stays a plain line
 	}
-	if p.skipRules(line) {
+	if p.skipRules(line, pre) {
 		p.lastAt = at
 		return p.emit(), ""
 	}
@@ -305,9 +331,16 @@ func (p *Parser) feed(at time.Duration, line string, pre Prepared) ([]trace.Span
 // line. llama.cpp's device block is read line by line (its first
 // non-device line ends cuda_init), so while it runs every line goes
 // through the rules.
-func (p *Parser) skipRules(line string) bool {
+func (p *Parser) skipRules(line string, pre Prepared) bool {
 	f := prefilters[p.kind]
-	if f == nil || p.noPrefilter || f.mayMatch(line) {
+	if f == nil || p.noPrefilter {
+		return false
+	}
+	if pre.ok && pre.kind == p.kind {
+		if pre.texts { // a Preparer looked
+			return false
+		}
+	} else if f.mayMatch(line) {
 		return false
 	}
 	switch p.kind {
