@@ -45,6 +45,11 @@ func FuzzEventEncoding(f *testing.F) {
 	f.Add(int64(0), 0, uint8(1), "m", "", "a", 1e21, "a", "dup", true, 0)
 	f.Add(int64(0), 0, uint8(1), "m", "", "big", 123456789012345678901234.0, "small", "x", false, 0)
 	f.Add(int64(0), 0, uint8(0), "s", "", "nan", math.NaN(), "k", "v", false, 0)
+	// Whole numbers, written as integers below 1e15 (-0 keeps its sign).
+	f.Add(int64(0), 0, uint8(0), "s", "", "negzero", math.Copysign(0, -1), "k", "v", false, 1)
+	f.Add(int64(0), 0, uint8(0), "s", "", "edge", 999999999999999.0, "k", "v", false, 1)
+	f.Add(int64(0), 0, uint8(1), "m", "", "edge", 1e15, "k", "v", false, 1)
+	f.Add(int64(0), 0, uint8(1), "m", "", "neg", -1503238144.0, "k", "v", false, 1)
 	f.Fuzz(func(t *testing.T, at int64, run int, kind uint8, name, text, k1 string, v1 float64, k2, v2 string, flag bool, n int) {
 		attrs := trace.Attrs{k1: v1, k2: v2, "flag": flag, "n": n}
 		var e trace.Event
