@@ -13,6 +13,7 @@
 # --headless and diff on it and on the largest import. The load average is
 # printed with each line: other work on the machine lengthens the wall time,
 # not the CPU time. A summary gives min/median/max per command and size.
+# IMPORT_ONLY=1 times the imports alone (no session, report, replay, diff).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -52,8 +53,9 @@ for size in $SIZES; do
 		rm -f "$log"
 	done
 done
-python3 scripts/gensession.py 2000000 "$TMP/s2m.jsonl"
+[ "${IMPORT_ONLY:-0}" = 1 ] || python3 scripts/gensession.py 2000000 "$TMP/s2m.jsonl"
 for s in "$TMP/s2m.jsonl" "$TMP"/import-vllm.jsonl; do
+	[ "${IMPORT_ONLY:-0}" = 1 ] && break
 	[ -f "$s" ] || continue
 	mb=$(($(stat -c %s "$s") / 1000000))
 	name=$(basename "$s" .jsonl)
