@@ -501,8 +501,11 @@ func maxAttrs(dst, src trace.Attrs) {
 // move its start (a new line of its stage begins a new span).
 func (p *Parser) settle(at time.Duration) {
 	if p.workerMode() {
-		for _, g := range p.active {
-			if !g.closedAny || at-g.lastActivity <= settleWindow || !g.hasOpen() {
+		// The latest span of each stage, in the order they began (not the
+		// map's, which differs from one run to the next): a live parser
+		// returns the spans a line settles in the same order every time.
+		for _, g := range p.groups {
+			if p.active[g.stage] != g || !g.closedAny || at-g.lastActivity <= settleWindow || !g.hasOpen() {
 				continue
 			}
 			changed := false
