@@ -6,16 +6,17 @@ import "strings"
 // progress bars, config dumps), and testing each against every rule's
 // texts was most of the parser's cost. A kind's rules only fire on a line
 // that contains one of their literal texts, so a line that contains none
-// of them can skip the rules. The prefilter keeps, per text, one of its
-// four-byte windows (its key: the window least made of spaces and small
-// letters, which chatter is full of), and tests at every position of the
-// line whether the four bytes there are a key (a hashed bit set of the
-// keys); where one is, it compares the text whose key it is with the line
-// around it. A line passes only when it contains a text: a key shared
-// with chatter ("GPU " of "GPU KV cache size" in vLLM's periodic "GPU KV
-// cache usage" line) costs a comparison, not the rules.
-// TestPrefilterChangesNothing and FuzzFeed check that the parser returns
-// the same with and without it.
+// of them can skip the rules. The prefilter finds the texts the way
+// Wu and Manber's multi-pattern search does: it slides a window as long as
+// the shortest text along the line and looks only at the two bytes that
+// end it; where those two bytes end no text's first window-length bytes,
+// the window moves on by as much as the texts allow (up to the window's
+// length less one: most of a chatty line is skipped, not read), and where
+// they do, the texts that end so are compared with the line. A line passes
+// only when it contains a text. TestPrefilterFindsTexts and FuzzPrefilter
+// hold it to strings.Contains over the texts; TestPrefilterChangesNothing
+// and FuzzFeed check that the parser returns the same with and without
+// it.
 
 // ruleTexts are, per kind, the literal texts its rules (and noteOrigin)
 // look for; every text is at least four bytes long.
@@ -66,76 +67,65 @@ var llamaTexts = []string{
 	"build: ", "using device ", "general.name", "Device ", `"build info"`,
 }
 
-// prefilter is a kind's texts, found by their keys.
+// prefilter is a kind's texts, found by the two bytes that end a window
+// as long as the shortest of them.
 type prefilter struct {
-	bits  [1 << 16 / 64]uint64
-	texts map[uint32][]keyedText // by the key's hash
+	m int // the window: the shortest text's length
+	// shift is, by the two bytes that end a window, how far it may move
+	// on without passing over the first m bytes of a text: 0 where those
+	// bytes end them.
+	shift [1 << 16]uint8
+	// group is, where shift is 0, 1 + the index in groups of the texts
+	// whose first m bytes end with those two bytes.
+	group  [1 << 16]uint16
+	groups [][]string
 }
 
-// keyedText is a text and where its key begins in it.
-type keyedText struct {
-	text string
-	off  int
-}
+// pairAt is the two bytes of s that end at i.
+func pairAt(s string, i int) uint16 { return uint16(s[i-1]) | uint16(s[i])<<8 }
 
-func gramHash(g uint32) uint32 { return (g * 0x9E3779B1) >> 16 }
-
-// gramAt is the four bytes of s at i, as mayMatch rolls them.
-func gramAt(s string, i int) uint32 {
-	return uint32(s[i]) | uint32(s[i+1])<<8 | uint32(s[i+2])<<16 | uint32(s[i+3])<<24
-}
-
+// newPrefilter makes the prefilter of texts (each at least two bytes long,
+// fewer than 65,535 of them).
 func newPrefilter(texts []string) *prefilter {
-	f := &prefilter{texts: map[uint32][]keyedText{}}
+	f := &prefilter{m: len(texts[0])}
 	for _, t := range texts {
-		off := keyOffset(t)
-		h := gramHash(gramAt(t, off))
-		f.bits[h/64] |= 1 << (h % 64)
-		f.texts[h] = append(f.texts[h], keyedText{t, off})
+		f.m = min(f.m, len(t))
+	}
+	for i := range f.shift {
+		f.shift[i] = uint8(min(f.m-1, 255))
+	}
+	for _, t := range texts {
+		head := t[:f.m]
+		for j := 1; j < f.m; j++ {
+			if p, sh := pairAt(head, j), f.m-1-j; sh < int(f.shift[p]) {
+				f.shift[p] = uint8(sh)
+			}
+		}
+		p := pairAt(head, f.m-1)
+		if f.group[p] == 0 {
+			f.groups = append(f.groups, nil)
+			f.group[p] = uint16(len(f.groups))
+		}
+		f.groups[f.group[p]-1] = append(f.groups[f.group[p]-1], t)
 	}
 	return f
 }
 
-// keyOffset picks a text's key: the four-byte window with the fewest
-// spaces and small letters (the bytes log chatter is mostly made of), the
-// first of equals.
-func keyOffset(t string) int {
-	weight := func(b byte) int {
-		switch {
-		case b == ' ':
-			return 3
-		case b >= 'a' && b <= 'z':
-			return 2
-		}
-		return 1
-	}
-	best, bestW := 0, 0
-	for i := 0; i+4 <= len(t); i++ {
-		w := weight(t[i]) + weight(t[i+1]) + weight(t[i+2]) + weight(t[i+3])
-		if i == 0 || w < bestW {
-			best, bestW = i, w
-		}
-	}
-	return best
-}
-
 // mayMatch reports whether s contains one of the texts.
 func (f *prefilter) mayMatch(s string) bool {
-	if len(s) < 4 {
-		return false
-	}
-	g := uint32(s[0])<<8 | uint32(s[1])<<16 | uint32(s[2])<<24
-	for i := 3; i < len(s); i++ {
-		g = g>>8 | uint32(s[i])<<24
-		h := gramHash(g)
-		if f.bits[h/64]&(1<<(h%64)) == 0 {
+	for end := f.m - 1; end < len(s); {
+		p := pairAt(s, end)
+		if sh := f.shift[p]; sh > 0 {
+			end += int(sh)
 			continue
 		}
-		for _, k := range f.texts[h] {
-			if at := i - 3 - k.off; at >= 0 && strings.HasPrefix(s[at:], k.text) {
+		start := end - f.m + 1
+		for _, t := range f.groups[f.group[p]-1] {
+			if strings.HasPrefix(s[start:], t) {
 				return true
 			}
 		}
+		end++
 	}
 	return false
 }
