@@ -15,9 +15,10 @@ import (
 // the cost of writing a session. It returns false, having appended
 // nothing, for any other event and for a value encoding/json refuses (a
 // number that is not finite): the caller encodes that one with
-// encoding/json, which says what is wrong. FuzzEventEncoding holds it to
-// encoding/json.
-func appendEvent(dst []byte, e *trace.Event) ([]byte, bool) {
+// encoding/json, which says what is wrong. order, when not nil, keeps the
+// last attributes' keys for the next event (attrOrder). FuzzEventEncoding
+// holds it to encoding/json.
+func appendEvent(dst []byte, e *trace.Event, order *attrOrder) ([]byte, bool) {
 	n := 0
 	for _, set := range []bool{e.Stage != nil, e.Sample != nil, e.Request != nil, e.Log != nil, e.Process != nil, e.Marker != nil} {
 		if set {
@@ -34,14 +35,14 @@ func appendEvent(dst []byte, e *trace.Event) ([]byte, bool) {
 		}
 		return appendLogEvent(dst, e), true
 	case e.Stage != nil:
-		return appendSpanEvent(dst, e)
+		return appendSpanEvent(dst, e, order)
 	case e.Marker != nil:
 		line := appendEventHead(dst, e)
 		line = append(line, `,"marker":{"name":`...)
 		line = appendJSONString(line, e.Marker.Name)
 		if len(e.Marker.Attrs) > 0 {
 			var ok bool
-			if line, ok = appendAttrs(append(line, `,"attrs":`...), e.Marker.Attrs); !ok {
+			if line, ok = appendAttrs(append(line, `,"attrs":`...), e.Marker.Attrs, order); !ok {
 				return dst, false
 			}
 		}
@@ -68,7 +69,7 @@ func appendEventHead(dst []byte, e *trace.Event) []byte {
 
 // appendSpanEvent appends a stage event; false when its attributes are
 // not all appendAttrs'.
-func appendSpanEvent(dst []byte, e *trace.Event) ([]byte, bool) {
+func appendSpanEvent(dst []byte, e *trace.Event, order *attrOrder) ([]byte, bool) {
 	s := e.Stage
 	line := appendEventHead(dst, e)
 	line = append(line, `,"stage":{"name":`...)
@@ -90,7 +91,7 @@ func appendSpanEvent(dst []byte, e *trace.Event) ([]byte, bool) {
 	}
 	if len(s.Attrs) > 0 {
 		var ok bool
-		if line, ok = appendAttrs(append(line, `,"attrs":`...), s.Attrs); !ok {
+		if line, ok = appendAttrs(append(line, `,"attrs":`...), s.Attrs, order); !ok {
 			return dst, false
 		}
 	}
@@ -139,14 +140,52 @@ type attr struct {
 	v any
 }
 
+// attrOrder is the sorted keys of the attributes appendAttrs wrote last:
+// the events of a log carry the same few keys again and again, and
+// looking each up costs a fraction of ranging over the map (most of
+// writing a stage event of the built-in engine's) and sorting.
+type attrOrder struct {
+	keys []string
+}
+
 // appendAttrs appends a map of finite float64s, ints, strings and
 // booleans as encoding/json does (keys sorted); false, with dst as it
-// was, when a value is of another type or not finite.
-func appendAttrs(dst []byte, a trace.Attrs) ([]byte, bool) {
+// was, when a value is of another type or not finite. order (nil: none)
+// gives the keys' order when a holds the same keys as the attributes
+// before, and keeps a's for the next.
+func appendAttrs(dst []byte, a trace.Attrs, order *attrOrder) ([]byte, bool) {
 	var arr [16]attr
 	kv := arr[:0]
-	for k, v := range a {
-		switch v := v.(type) {
+	if order != nil && len(a) > 0 && len(order.keys) == len(a) {
+		// As many keys, each of them in a: the same keys.
+		for _, k := range order.keys {
+			v, ok := a[k]
+			if !ok {
+				kv = kv[:0]
+				break
+			}
+			kv = append(kv, attr{k, v})
+		}
+	}
+	if len(kv) == 0 {
+		for k, v := range a {
+			kv = append(kv, attr{k, v})
+		}
+		// Insertion sort: a few keys.
+		for i := 1; i < len(kv); i++ {
+			for j := i; j > 0 && kv[j].k < kv[j-1].k; j-- {
+				kv[j], kv[j-1] = kv[j-1], kv[j]
+			}
+		}
+		if order != nil {
+			order.keys = order.keys[:0]
+			for _, p := range kv {
+				order.keys = append(order.keys, p.k)
+			}
+		}
+	}
+	for _, p := range kv {
+		switch v := p.v.(type) {
 		case float64:
 			if math.IsInf(v, 0) || math.IsNaN(v) {
 				return dst, false
@@ -154,13 +193,6 @@ func appendAttrs(dst []byte, a trace.Attrs) ([]byte, bool) {
 		case int, int64, string, bool:
 		default:
 			return dst, false
-		}
-		kv = append(kv, attr{k, v})
-	}
-	// Insertion sort: a few keys.
-	for i := 1; i < len(kv); i++ {
-		for j := i; j > 0 && kv[j].k < kv[j-1].k; j-- {
-			kv[j], kv[j-1] = kv[j-1], kv[j]
 		}
 	}
 	dst = append(dst, '{')

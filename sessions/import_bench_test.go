@@ -92,16 +92,17 @@ func BenchmarkEventEncoding(b *testing.B) {
 	}
 	var n int64
 	for i := range events {
-		line, _ := appendEvent(nil, &events[i])
+		line, _ := appendEvent(nil, &events[i], nil)
 		n += int64(len(line))
 	}
 	b.SetBytes(n)
 	b.ReportAllocs()
 	b.ResetTimer()
 	var buf []byte
+	var order attrOrder
 	for i := 0; i < b.N; i++ {
 		for j := range events {
-			buf, _ = appendEvent(buf[:0], &events[j])
+			buf, _ = appendEvent(buf[:0], &events[j], &order)
 		}
 	}
 }

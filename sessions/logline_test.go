@@ -73,18 +73,23 @@ func FuzzEventEncoding(f *testing.F) {
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
 		werr := enc.Encode(e)
-		got, ok := appendEvent(nil, &e)
-		if werr != nil {
-			if ok {
-				t.Fatalf("encoding/json refuses the event (%v), appendEvent wrote %s", werr, got)
+		// Without the keys' order kept, with the order of other keys as
+		// many (a key of them missing), then with this event's own.
+		order := &attrOrder{keys: []string{"flag", "n", "zz", k1}}
+		for i, o := range []*attrOrder{nil, order, order} {
+			got, ok := appendEvent(nil, &e, o)
+			if werr != nil {
+				if ok {
+					t.Fatalf("encoding/json refuses the event (%v), appendEvent (%d) wrote %s", werr, i, got)
+				}
+				return
 			}
-			return
-		}
-		if !ok {
-			t.Fatalf("appendEvent refused an event encoding/json writes: %s", want.Bytes())
-		}
-		if !bytes.Equal(got, want.Bytes()) {
-			t.Fatalf("encoding differs:\n got  %s\n want %s", got, want.Bytes())
+			if !ok {
+				t.Fatalf("appendEvent (%d) refused an event encoding/json writes: %s", i, want.Bytes())
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("encoding (%d) differs:\n got  %s\n want %s", i, got, want.Bytes())
+			}
 		}
 	})
 }

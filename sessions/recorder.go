@@ -225,6 +225,7 @@ type lineEncoder struct {
 	firstErr error         // the first encoding error
 	lastAt   time.Duration // the latest offset written
 	writeErr error         // the writer failed: nothing more is written
+	attrs    attrOrder     // the last attributes' keys (appendEvent)
 }
 
 // write encodes e and writes its line to w.
@@ -237,7 +238,7 @@ func (le *lineEncoder) write(w io.Writer, e *trace.Event) {
 		le.enc.SetEscapeHTML(false)
 	}
 	le.buf.Reset()
-	if line, ok := appendEvent(le.buf.AvailableBuffer(), e); ok {
+	if line, ok := appendEvent(le.buf.AvailableBuffer(), e, &le.attrs); ok {
 		le.buf.Write(line)
 	} else if err := le.enc.Encode(e); err != nil {
 		le.dropped++
