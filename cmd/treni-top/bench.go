@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/treni-top/treni-top/engine/tokenizer"
 	"github.com/treni-top/treni-top/probe/load"
 	"github.com/treni-top/treni-top/probe/prober"
-	"github.com/treni-top/treni-top/probe/roofline"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/tui"
@@ -124,52 +122,6 @@ with --json.`,
 	return cmd
 }
 
-// plan turns the flags into the workloads to run.
-func (o *benchOptions) plan(workloadSet bool) (load.Plan, error) {
-	p := load.Plan{Seed: o.seed, WarmupRuns: o.warmup, RepeatRuns: o.repeat, Concurrency: o.concurrency,
-		SLO: load.SLO{TTFTms: o.sloTTFT, TPOTms: o.sloTPOT, E2Ems: o.sloE2E}}
-	custom := o.numRequests != 0 || o.promptTokens != 0 || o.maxTokens != 0
-	modes := 0
-	for _, on := range []bool{workloadSet, o.workloadFile != "", len(o.qps) > 0, custom && len(o.qps) == 0} {
-		if on {
-			modes++
-		}
-	}
-	if modes > 1 {
-		return p, errors.New("give one of --workload, --workload-file, --qps or --num-requests/--prompt-tokens/--max-tokens")
-	}
-	switch {
-	case len(o.qps) > 0:
-		specs, err := load.Sweep(o.qps, o.numRequests, o.promptTokens, o.maxTokens, o.sweepSeconds)
-		if err != nil {
-			return p, err
-		}
-		p.Workloads = specs
-	case o.workloadFile != "":
-		specs, err := load.LoadSpecs(o.workloadFile)
-		if err != nil {
-			return p, err
-		}
-		p.Workloads = specs
-	case custom:
-		if o.numRequests <= 0 || o.promptTokens <= 0 || o.maxTokens <= 0 {
-			return p, errors.New("a custom workload needs all of --num-requests, --prompt-tokens and --max-tokens, each ≥ 1")
-		}
-		// Without a cap the custom requests go out as one burst; with
-		// --concurrency C that is a closed loop of C clients.
-		p.Workloads = []load.Spec{load.Custom(o.numRequests, o.promptTokens, o.maxTokens, load.Arrival{Pattern: load.Burst})}
-	case o.workload == "all":
-		p.Workloads = load.Builtin()
-	default:
-		s, err := load.Lookup(o.workload)
-		if err != nil {
-			return p, err
-		}
-		p.Workloads = []load.Spec{s}
-	}
-	return p, p.Validate()
-}
-
 func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -185,7 +137,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 		}
 		tok = t
 	}
-	rf, err := o.roofline()
+	rf, err := load.ReadRoofline(o.floors, o.modelConfig)
 	if err != nil {
 		return withExit(2, err)
 	}
@@ -239,7 +191,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 			uiDone <- err
 		}()
 	} else if !o.quiet {
-		stopProgress = printBenchProgress(ctx, progress, stderr)
+		stopProgress = load.PrintProgress(ctx, progress, stderr)
 	}
 	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok, Roofline: rf}
 	rep, runErr := b.Execute(benchCtx, plan)
@@ -299,27 +251,14 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 	case ep != prober.Chat && ep != prober.Completions:
 		return load.Plan{}, ep, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint)
 	}
-	plan, err := o.plan(workloadSet)
+	plan, err := load.PlanOptions{
+		Workload: o.workload, WorkloadSet: workloadSet, WorkloadFile: o.workloadFile,
+		QPS: o.qps, SweepSeconds: o.sweepSeconds,
+		NumRequests: o.numRequests, PromptTokens: o.promptTokens, MaxTokens: o.maxTokens,
+		Seed: o.seed, WarmupRuns: o.warmup, RepeatRuns: o.repeat, Concurrency: o.concurrency,
+		SLO: load.SLO{TTFTms: o.sloTTFT, TPOTms: o.sloTPOT, E2Ems: o.sloE2E},
+	}.Plan()
 	return plan, ep, err
-}
-
-// roofline reads --floors and --model-config (both or neither).
-func (o *benchOptions) roofline() (*load.Roofline, error) {
-	if o.floors == "" && o.modelConfig == "" {
-		return nil, nil
-	}
-	if o.floors == "" || o.modelConfig == "" {
-		return nil, errors.New("the bound needs both --floors (treni-top doctor --floors --json) and --model-config (the checkpoint's config.json)")
-	}
-	rates, err := roofline.ReadFloors(o.floors)
-	if err != nil {
-		return nil, fmt.Errorf("--floors: %w", err)
-	}
-	m, err := roofline.ReadModel(o.modelConfig)
-	if err != nil {
-		return nil, fmt.Errorf("--model-config: %w", err)
-	}
-	return &load.Roofline{Model: m, Rates: rates}, nil
 }
 
 // newClient builds the load client from the flags, asking the server for
@@ -337,46 +276,8 @@ func (o *benchOptions) newClient(ctx context.Context, plan load.Plan, ep prober.
 	if o.ignoreEOS {
 		extra = map[string]any{"ignore_eos": true}
 	}
-	maxConns := 1024
-	for _, s := range plan.Workloads {
-		maxConns = max(maxConns, s.Requests)
-	}
-	if plan.Concurrency > 0 {
-		maxConns = plan.Concurrency
-	}
-	return load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: maxConns,
+	return load.NewClient(load.ClientConfig{BaseURL: o.url, Endpoint: ep, Model: o.model, MaxConns: plan.MaxConns(),
 		Timeout: o.timeout, Header: header, Extra: extra, NoUsage: o.noUsage, ReadTimestamps: o.readStamps}, clock)
-}
-
-// printBenchProgress writes a progress line to w every second until the
-// returned stop function is called; stop waits for the printer goroutine.
-func printBenchProgress(ctx context.Context, p *load.Progress, w io.Writer) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		prev := p.Snapshot()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				s := p.Snapshot()
-				if s.Total == 0 {
-					continue
-				}
-				cur, _ := load.Rates(prev, s)
-				fmt.Fprintln(w, s.Line(cur))
-				prev = s
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
 
 // benchProgress adapts the load generator's progress to the TUI's
