@@ -2,24 +2,17 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
-	"github.com/treni-top/treni-top/engine/launch"
-	"github.com/treni-top/treni-top/probe/runner"
-	"github.com/treni-top/treni-top/sessions"
-	"github.com/treni-top/treni-top/trace"
-	"github.com/treni-top/treni-top/trace/serverlog"
+	"github.com/treni-top/treni-top/sessions/live"
 )
 
 // attachOptions are attach's flags.
 type attachOptions struct {
 	liveOptions
-	pid  int
-	kind string
+	live.AttachOptions
 }
 
 func newAttachCmd() *cobra.Command {
@@ -42,56 +35,17 @@ the HTTP status it got) and waits for the server to come up, until --timeout.`,
 			return o.run(cmd.Context(), args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().IntVar(&o.pid, "pid", 0, "the server's main process id, for the process and GPU memory samplers")
-	cmd.Flags().StringVar(&o.kind, "kind", "", "server kind (ollama changes the health path); default: guessed")
+	cmd.Flags().IntVar(&o.PID, "pid", 0, "the server's main process id, for the process and GPU memory samplers")
+	cmd.Flags().StringVar(&o.Kind, "kind", "", "server kind (ollama changes the health path); default: guessed")
 	addLiveFlags(cmd, &o.liveOptions)
 	return cmd
 }
 
 func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr io.Writer) error {
-	if err := o.check(); err != nil {
-		return withExit(2, err)
-	}
-	if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
-		return withExit(2, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", rawURL))
-	}
-	spec := launch.AttachSpec{URL: rawURL, PID: o.pid, Kind: serverlog.Kind(o.kind), APIKey: apiKey(o.apiKey), HealthWait: o.timeout}
-	gpus, device := gpuHeader()
-	clock := trace.NewClock()
-	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
-		Kind: sessions.TargetAttach, ServerKind: o.kind, URL: rawURL, Model: o.reqModel, Device: device,
-	})
-	h.GPUs = gpus
-	l, err := startLive(ctx, &o.liveOptions, h, "attach", clock, stderr)
+	o.Version = version
+	p, err := live.PlanAttach(&o.Options, o.AttachOptions, rawURL)
 	if err != nil {
 		return withExit(2, err)
 	}
-	defer l.close(ctx)
-	samplers := runner.NewSamplers(nil)
-	defer samplers.Close()
-	r, err := runner.New(runner.Config{
-		Sink:  l.Bus,
-		Clock: clock,
-		Launcher: runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
-			return launch.Attach(ctx, spec, l.Bus, clock, run)
-		}),
-		Prober:            l.prober,
-		Samplers:          samplers.Build,
-		ServerMetrics:     true,
-		Header:            l.prober.Header,
-		Attached:          true,
-		Warmup:            o.warmup,
-		Repeat:            o.repeat,
-		HealthTimeout:     o.timeout,
-		Grace:             o.grace,
-		ExitAfterSequence: o.headless && !o.keepRunning,
-		Save:              l.Save,
-	})
-	if err != nil {
-		_, _ = l.Finish()
-		return withExit(2, err)
-	}
-	l.runner.Store(r)
-	samplers.Emit(l.Bus, clock)
-	return drive(ctx, &o.liveOptions, r, l.Live, clock, stdout, stderr)
+	return runLive(ctx, &o.liveOptions, p, stdout, stderr)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/treni-top/treni-top/probe/load"
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/sessions/live"
 	"github.com/treni-top/treni-top/trace"
 	"github.com/treni-top/treni-top/tui"
 )
@@ -150,11 +151,11 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 
 	// The live session: a bus decouples the request goroutines from the
 	// disk; Finish waits for the recorder before the file closes.
-	_, device := gpuHeader()
+	_, device := live.GPUs()
 	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
 		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
 	})
-	if o.tui && !interactive() {
+	if o.tui && !live.Interactive() {
 		// `bench --tui > report.md`: the screen would be drawn into the
 		// report file. Run headless; the report still goes to stdout.
 		fmt.Fprintln(stderr, "treni-top: --tui needs a terminal on stdin and stdout; running headless (progress on stderr, the report on stdout)")
@@ -264,7 +265,7 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 // newClient builds the load client from the flags, asking the server for
 // its model when --model is not given.
 func (o *benchOptions) newClient(ctx context.Context, plan load.Plan, ep prober.Endpoint, clock trace.Clock) (*load.Client, error) {
-	header := prober.BearerHeader(apiKey(o.apiKey))
+	header := prober.BearerHeader(live.APIKey(o.apiKey))
 	if o.model == "" {
 		m, err := load.DetectModel(ctx, o.url, header)
 		if err != nil {

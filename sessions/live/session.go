@@ -1,0 +1,108 @@
+// Package live starts and drives the live sessions of run and attach: it
+// resolves the target (the built-in engine, a command, or a running
+// server), builds the session header, starts sessions.Live with the
+// request prober, and builds the runner of the cold sequence
+// (probe/runner) on the session's bus. It composes sessions, probe and
+// engine/launch for cmd/treni-top; nothing below cmd imports it.
+package live
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/treni-top/treni-top/probe/prober"
+	"github.com/treni-top/treni-top/probe/runner"
+	"github.com/treni-top/treni-top/sessions"
+)
+
+// Session is a live session with what feeds it from outside the runner:
+// the request prober and the samplers.
+type Session struct {
+	*sessions.Live
+	// Prober sends the cold sequence's requests (set its TraceContext
+	// before the runner starts to carry a traceparent).
+	Prober   *runner.HTTPProber
+	opts     *Options
+	plan     *Plan
+	samplers *runner.Samplers
+	runner   atomic.Pointer[runner.Runner]
+}
+
+// Interactive reports whether the TUI can run: a terminal on both ends.
+func Interactive() bool {
+	return isatty.IsTerminal(os.Stdout.Fd()) && isatty.IsTerminal(os.Stdin.Fd())
+}
+
+// Start resolves headless (no terminal means headless, said on stderr)
+// and starts the live session of p: recorded unless o.NoRecord, the
+// headless transcript on stderr, the prober. Close releases what it holds
+// once the session is finished.
+func Start(o *Options, p *Plan, stderr io.Writer) (*Session, error) {
+	if !o.Headless && !Interactive() {
+		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
+		o.Headless = true
+	}
+	lo := sessions.LiveOptions{Record: o.Record, NoRecord: o.NoRecord, Label: p.Label, UI: !o.Headless, KeepEvents: true, Clock: p.Clock}
+	if o.Headless {
+		lo.Progress = stderr
+	}
+	l, err := sessions.StartLive(p.Header, lo)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{Live: l, opts: o, plan: p, samplers: runner.NewSamplers(p.weightFiles)}
+	s.Prober = &runner.HTTPProber{Sink: l.Bus, Clock: p.Clock, Prompt: o.Prompt, MaxTokens: o.MaxTokens, Model: o.RequestModel, Header: prober.BearerHeader(APIKey(o.APIKey))}
+	return s, nil
+}
+
+// RunIndex is the runner's current run (0 before it starts), for spans
+// received from the server.
+func (s *Session) RunIndex() int {
+	if r := s.runner.Load(); r != nil {
+		return r.RunIndex()
+	}
+	return 0
+}
+
+// StartRunner builds the runner of the plan's cold sequence on the
+// session's bus and starts the samplers' own events; the caller drives it
+// (sessions.Live.Drive). On an error the session is finished.
+func (s *Session) StartRunner() (*runner.Runner, error) {
+	p, o := s.plan, s.opts
+	cfg := p.config
+	cfg.Sink, cfg.Clock = s.Bus, p.Clock
+	cfg.Launcher = runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
+		return p.launcher(ctx, s.Bus, p.Clock, run)
+	})
+	cfg.Prober = s.Prober
+	cfg.Samplers = s.samplers.Build
+	cfg.ServerMetrics = true
+	cfg.Header = s.Prober.Header
+	cfg.Warmup, cfg.Repeat = o.Warmup, o.Repeat
+	cfg.HealthTimeout, cfg.Grace = o.Timeout, o.Grace
+	cfg.ExitAfterSequence = o.Headless && !o.KeepRunning
+	cfg.Save = s.Save
+	r, err := runner.New(cfg)
+	if err != nil {
+		_, _ = s.Finish()
+		return nil, err
+	}
+	s.runner.Store(r)
+	s.samplers.Emit(s.Bus, p.Clock)
+	return r, nil
+}
+
+// Close stops the samplers and releases the prober's connections; the
+// session (its bus) must be finished first.
+func (s *Session) Close() {
+	_ = s.samplers.Close()
+	s.Prober.Close()
+}
+
+// The live runner drives a live session.
+var _ sessions.Runner = (*runner.Runner)(nil)
