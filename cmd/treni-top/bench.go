@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -149,19 +150,9 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	}
 	defer client.Close()
 
-	// The live session: a bus decouples the request goroutines from the
-	// disk; Finish waits for the recorder before the file closes.
-	_, device := live.GPUs()
-	h := sessions.NewHeader(version, clock.Start(), sessions.Target{
-		Kind: sessions.TargetBench, URL: o.url, Model: o.model, Device: device,
-	})
-	if o.tui && !live.Interactive() {
-		// `bench --tui > report.md`: the screen would be drawn into the
-		// report file. Run headless; the report still goes to stdout.
-		fmt.Fprintln(stderr, "treni-top: --tui needs a terminal on stdin and stdout; running headless (progress on stderr, the report on stdout)")
-		o.tui = false
-	}
-	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord, Label: "bench", UI: o.tui, Clock: clock})
+	h := live.BenchHeader(version, o.url, o.model, clock)
+	lo := live.BenchOptions{Record: o.record, NoRecord: o.noRecord, TUI: o.tui}
+	l, err := live.StartBench(&lo, h, clock, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
@@ -174,44 +165,25 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	l.OnClose(fl.stopInputs)
 	defer fl.finish(context.WithoutCancel(ctx))
 
-	progress := &load.Progress{}
-	stopProgress := func() {}
-	// With --tui the bench runs under benchCtx, which quitting the UI
-	// cancels; the UI stays up after the bench until the user quits, so
-	// the final figures can be read before the report is printed.
-	benchCtx, cancelBench := context.WithCancel(ctx)
-	defer cancelBench()
-	var uiDone chan error
-	if o.tui {
-		uiSub := l.UISub()
-		uiDone = make(chan error, 1)
-		go func() {
-			err := tui.Run(ctx, tui.Options{Header: h, Sub: uiSub, Bench: benchProgress{progress}, Clock: clock.Now, File: l.Path()})
-			uiSub.Cancel()
-			cancelBench()
-			uiDone <- err
-		}()
-	} else if !o.quiet {
-		stopProgress = load.PrintProgress(ctx, progress, stderr)
-	}
-	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: progress, Tokenizer: tok, Roofline: rf}
-	rep, runErr := b.Execute(benchCtx, plan)
-	stopProgress()
-	if ctx.Err() != nil {
-		l.Interrupted(context.Cause(ctx))
-	}
-	_, fileErr := l.Finish()
-	if uiDone != nil {
-		if err := <-uiDone; err != nil {
-			fmt.Fprintf(stderr, "treni-top: the TUI failed: %v\n", err)
+	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: &load.Progress{}, Tokenizer: tok, Roofline: rf}
+	var ui sessions.UI
+	if lo.TUI {
+		ui = func(ctx context.Context, sub *trace.Subscription) error {
+			return tui.Run(ctx, tui.Options{Header: h, Sub: sub, Bench: benchProgress{b.Progress}, Clock: clock.Now, File: l.Path()})
 		}
 	}
+	var progress io.Writer
+	if !o.quiet {
+		progress = stderr
+	}
+	res := live.DriveBench(ctx, l, b, plan, ui, progress, stderr)
+	rep, runErr, fileErr := res.Report, res.Err, res.FileErr
 	rep.Tool = "treni-top " + version
 	if fileErr != nil {
 		fmt.Fprintf(stderr, "treni-top: %v\n", fileErr)
 	}
 	rep.Session = l.Path()
-	if runErr != nil && benchCtx.Err() != nil {
+	if res.Cut {
 		rep.Interrupted = true
 	} else if runErr != nil {
 		return withExit(2, runErr)

@@ -1,8 +1,10 @@
-// Package live starts and drives the live sessions of run and attach: it
-// resolves the target (the built-in engine, a command, or a running
-// server), builds the session header, starts sessions.Live with the
-// request prober, and builds the runner of the cold sequence
-// (probe/runner) on the session's bus. It composes sessions, probe and
+// Package live starts and drives the live sessions of run, attach and
+// bench. For run and attach it resolves the target (the built-in engine, a
+// command, or a running server), builds the session header, starts
+// sessions.Live with the request prober, and builds the runner of the
+// cold sequence (probe/runner) on the session's bus; for bench it starts
+// the session and drives the load generator (probe/load) on it, beside
+// the TUI or a progress line. It composes sessions, probe and
 // engine/launch for cmd/treni-top; nothing below cmd imports it.
 package live
 
