@@ -202,7 +202,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	if p := l.Path(); p != "" {
 		fmt.Fprintf(stderr, "session recorded: %s\n", p)
 	}
-	if err := interrupted(ctx); err != nil {
+	if err := live.InterruptedBy(ctx); err != nil {
 		return err
 	}
 	if rep.Interrupted {

@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/treni-top/treni-top/sessions/live"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -93,17 +94,22 @@ func main() {
 // execute runs the CLI and maps errors to exit codes: 0 success, 1 for a
 // command's own "failure found" result (diff's regression), 2 for unusable
 // input or a failure, and 128 + the signal's number when a signal cut a
-// session short (130 for ctrl-c; see interrupted).
+// session short (130 for ctrl-c; see live.Interrupted).
 func execute(args []string) int {
 	// SIGHUP too: a closed terminal window must stop the target cleanly,
 	// like ctrl-c, rather than kill treni-top and leave the server behind.
-	ctx, stop := notifySignals(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := live.NotifySignals(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	root := newRootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	var ie live.Interrupted
+	if errors.As(err, &ie) {
+		fmt.Fprintln(os.Stderr, "treni-top:", err)
+		return ie.ExitCode()
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -114,54 +120,4 @@ func execute(args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "treni-top:", err)
 	return 2
-}
-
-// interrupted is the exit of a live session (run, attach, bench) that a
-// signal ended before it ran to its end: 128 + the signal's number, as
-// shells report a process a signal ended (130 for ctrl-c), once the target
-// is stopped and the session file is complete and marked interrupted. Nil
-// when ctx did not end on a signal. serve, whose normal end is a signal,
-// does not use it.
-func interrupted(ctx context.Context) error {
-	var sig signalled
-	if !errors.As(context.Cause(ctx), &sig) {
-		return nil
-	}
-	return withExit(sig.exitCode(), fmt.Errorf("interrupted (%v)", sig))
-}
-
-// signalled is the cause of the command context's end when a signal ended
-// it.
-type signalled struct{ sig os.Signal }
-
-func (s signalled) Error() string { return s.sig.String() + " signal received" }
-
-// exitCode is 128 + the signal's number, the shell convention.
-func (s signalled) exitCode() int {
-	if n, ok := s.sig.(syscall.Signal); ok {
-		return 128 + int(n)
-	}
-	return 130
-}
-
-// notifySignals is signal.NotifyContext that keeps which signal came, as
-// the context's cause (a signalled), for the exit status. Later signals
-// are caught too, until stop: the first one already asked for a clean end.
-func notifySignals(parent context.Context, sigs ...os.Signal) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, sigs...)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-ch:
-			cancel(signalled{s})
-		case <-done:
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(ch)
-		close(done)
-		cancel(nil)
-	}
 }

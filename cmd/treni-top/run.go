@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
@@ -123,37 +120,9 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	return runLive(ctx, &o.liveOptions, p, stdout, stderr)
 }
 
-// runOwnedServeFlags are the serve flags that run sets itself: passing
-// them again through --serve-arg would silently override run's own.
-var runOwnedServeFlags = map[string]string{
-	"model":  "pass run's own --model",
-	"demo":   "run without --model serves the demo checkpoint",
-	"device": "pass run's own --device",
-	"load":   "pass run's own --load",
-	"addr":   "run picks a free port itself (to choose the address, run -- treni-top serve --addr …)",
-}
-
-// checkServeArgs parses --serve-arg values with serve's own flags, so a
-// misspelt flag is refused before the launch instead of killing the
-// engine at its start.
+// checkServeArgs checks --serve-arg values against serve's own flags.
 func checkServeArgs(args []string) error {
-	if len(args) == 0 {
-		return nil
-	}
-	fs := newServeCmd().Flags()
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("--serve-arg %q: %w (see treni-top serve --help; give each flag as one argument, e.g. --serve-arg=--warmup-passes=0)", strings.Join(args, " "), err)
-	}
-	if rest := fs.Args(); len(rest) > 0 {
-		return fmt.Errorf("--serve-arg %q: serve takes flags only; give each as one --serve-arg, e.g. --serve-arg=--warmup-passes=0", strings.Join(rest, " "))
-	}
-	var err error
-	fs.Visit(func(f *pflag.Flag) {
-		if use, ok := runOwnedServeFlags[f.Name]; ok && err == nil {
-			err = fmt.Errorf("--serve-arg=--%s: run sets --%s itself; %s", f.Name, f.Name, use)
-		}
-	})
-	return err
+	return live.CheckServeArgs(newServeCmd().Flags(), args)
 }
 
 // The live runner is the TUI's controller.
@@ -190,47 +159,11 @@ func runLive(ctx context.Context, o *liveOptions, p *live.Plan, stdout, stderr i
 	if err != nil {
 		return withExit(2, err)
 	}
-	return drive(ctx, o, r, l.Live, p.Clock, stdout, stderr)
-}
-
-// drive runs the runner under the TUI, or headless, then prints the report
-// (headless) and the session's path.
-func drive(ctx context.Context, o *liveOptions, r *runner.Runner, l *sessions.Live, clock trace.Clock, stdout, stderr io.Writer) error {
 	var ui sessions.UI
 	if !o.Headless {
 		ui = func(ctx context.Context, sub *trace.Subscription) error {
-			return tui.Run(ctx, tui.Options{Header: l.Header(), Sub: sub, Controller: r, Clock: clock.Now, File: l.Path()})
+			return tui.Run(ctx, tui.Options{Header: p.Header, Sub: sub, Controller: r, Clock: p.Clock.Now, File: l.Path()})
 		}
 	}
-	sess, runErr, fileErr := l.Drive(ctx, r, ui)
-	if o.Headless {
-		rep := sessions.BuildReport(sess)
-		if o.JSON {
-			b, err := rep.JSON()
-			if err != nil {
-				return fmt.Errorf("render the report as JSON: %w", err)
-			}
-			fmt.Fprintln(stdout, string(b))
-		} else {
-			fmt.Fprintln(stdout, rep.Markdown())
-		}
-	}
-	if p := l.Path(); p != "" {
-		fmt.Fprintf(stderr, "session recorded: %s\n", p)
-	}
-	if fileErr != nil {
-		return fileErr
-	}
-	if err := interrupted(ctx); err != nil {
-		return err // the session is marked interrupted (sessions.Live.Drive)
-	}
-	if runErr != nil {
-		return runErr
-	}
-	// A target that crashed while the TUI was up (the runner goes on
-	// serving keys, so Run returned nil) is a failure all the same.
-	if err := sessions.Failure(sess.Events); err != nil {
-		return withExit(2, err)
-	}
-	return nil
+	return l.Run(ctx, ui, stdout, stderr)
 }

@@ -3,12 +3,17 @@ package live
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/trace"
 )
 
 // options are valid shared options, as the CLI's defaults make them.
@@ -169,5 +174,70 @@ func TestAPIKey(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "env")
 	if APIKey("flag") != "flag" || APIKey("") != "env" {
 		t.Errorf("APIKey: %q, %q", APIKey("flag"), APIKey(""))
+	}
+}
+
+// openAIServer answers health, the model list and a one-token chat
+// stream, as a small OpenAI-compatible server does.
+func openAIServer(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			fmt.Fprint(w, `{"data":[{"id":"synth-model"}]}`)
+		case "/v1/chat/completions":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n")
+		case "/metrics":
+			http.NotFound(w, r)
+		default:
+			fmt.Fprint(w, "ok")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestAttachSessionRun: an attach session runs its warm sequence headless
+// to the end, records every request, prints the report on stdout and the
+// file on stderr.
+func TestAttachSessionRun(t *testing.T) {
+	srv := openAIServer(t)
+	lo := options()
+	lo.NoRecord, lo.Record, lo.Headless, lo.Repeat = false, filepath.Join(t.TempDir(), "s.jsonl"), true, 2
+	p, err := PlanAttach(lo, AttachOptions{}, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	s, err := Start(lo, p, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.StartRunner(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), nil, &stdout, &stderr); err != nil {
+		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "session recorded: "+lo.Record) {
+		t.Errorf("stderr %q lacks the session's path", stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "#") {
+		t.Errorf("stdout is not the Markdown report: %q", stdout.String())
+	}
+	sess, err := sessions.Open(lo.Record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := map[string]bool{}
+	for _, e := range sess.Events {
+		if e.Kind == trace.KindRequest {
+			probes[e.Request.ID] = true
+		}
+	}
+	// No cold request: the server was up before the session.
+	if want := lo.Warmup + lo.Repeat; len(probes) != want {
+		t.Errorf("%d requests recorded, want %d warm-up and %d warm", len(probes), lo.Warmup, lo.Repeat)
 	}
 }

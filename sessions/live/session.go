@@ -108,3 +108,40 @@ func (s *Session) Close() {
 
 // The live runner drives a live session.
 var _ sessions.Runner = (*runner.Runner)(nil)
+
+// Run drives the session's runner to its end, under ui when one is given
+// (headless otherwise), finishes the session, and then, headless, writes
+// the report on stdout (Markdown, or JSON with Options.JSON); the
+// session's path goes on stderr. Its error is, in this order: the file's,
+// an Interrupted when a signal ended ctx (the session is marked
+// interrupted), the run's, or the failure the session records (a target
+// that crashed while the TUI was up: the runner goes on serving keys, so
+// its Run returned nil).
+func (s *Session) Run(ctx context.Context, ui sessions.UI, stdout, stderr io.Writer) error {
+	sess, runErr, fileErr := s.Drive(ctx, s.runner.Load(), ui)
+	if s.opts.Headless {
+		rep := sessions.BuildReport(sess)
+		if s.opts.JSON {
+			b, err := rep.JSON()
+			if err != nil {
+				return fmt.Errorf("render the report as JSON: %w", err)
+			}
+			fmt.Fprintln(stdout, string(b))
+		} else {
+			fmt.Fprintln(stdout, rep.Markdown())
+		}
+	}
+	if p := s.Path(); p != "" {
+		fmt.Fprintf(stderr, "session recorded: %s\n", p)
+	}
+	if fileErr != nil {
+		return fileErr
+	}
+	if err := InterruptedBy(ctx); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return sessions.Failure(sess.Events)
+}
