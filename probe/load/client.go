@@ -234,136 +234,178 @@ const maxEvent = 8 << 20
 // the latest read is the one that brought the line in.
 func (c *Client) read(body io.ReadCloser, r *trace.Request, p *Progress, conn *netstamp.Tracker) (complete bool, malformed int, err error) {
 	br := bufio.NewReaderSize(body, 16<<10)
-	var (
-		ev        []byte // the pending event's data
-		evAt      time.Duration
-		has       bool
-		errType   bool
-		long      []byte // a line longer than the buffer
-		finished  bool
-		lastUsage int
-		cont      bool // per-chunk usage (vLLM continuous_usage_stats)
-		ch        chunk
-	)
-	dispatch := func() (stop bool) {
-		has = false
-		if r.FirstEvent == 0 {
-			r.FirstEvent = evAt
-		}
-		data := bytes.TrimSpace(ev)
-		if string(data) == "[DONE]" {
-			complete = true
-			return true
-		}
-		if errType {
-			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(data)
-			return true
-		}
-		if len(data) == 0 {
-			return false
-		}
-		if !parseChunk(data, &ch) {
-			malformed++
-			return false
-		}
-		if ch.errored {
-			var v struct {
-				Error json.RawMessage `json:"error"`
-			}
-			_ = json.Unmarshal(data, &v)
-			r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(v.Error)
-			return true
-		}
-		n := ch.tokens
-		finished = finished || ch.finished
-		if ch.usage {
-			if n > 0 && len(r.Tokens) == 0 {
-				cont = true
-			}
-			if cont && n > 0 {
-				if d := ch.completionTokens - lastUsage; d > n {
-					n = d
-				}
-			}
-			lastUsage = ch.completionTokens
-			r.PromptTokens, r.CompletionTokens = ch.promptTokens, ch.completionTokens
-		}
-		if n > 0 {
-			if n > 1 {
-				r.MultiTokenChunks++
-			}
-			if len(r.Tokens) == 0 {
-				r.FirstToken = evAt
-				p.firstToken(evAt)
-			} else {
-				p.gap(evAt - r.Tokens[len(r.Tokens)-1])
-			}
-			r.Tokens = append(r.Tokens, evAt)
-			p.tokens(n)
-		}
-		return false
-	}
+	s := stream{r: r, p: p}
+	var long []byte // a line longer than the buffer
 	for {
-		line, rerr := br.ReadSlice('\n')
-		if errors.Is(rerr, bufio.ErrBufferFull) {
-			long = append(long[:0], line...)
-			for errors.Is(rerr, bufio.ErrBufferFull) && len(long) <= maxEvent {
-				line, rerr = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			if len(long) > maxEvent {
-				return false, malformed, errors.New("stream line longer than 8 MiB")
-			}
-			line = long
-		}
+		line, rerr := readLine(br, &long)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
-			return false, malformed, rerr
+			return false, s.malformed, rerr
 		}
 		if len(line) == 0 && rerr != nil { // EOF
-			if has && dispatch() {
+			if s.has && s.dispatch() {
 				break
 			}
-			return finished, malformed, nil
+			return s.finished, s.malformed, nil
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
 		case len(line) == 0:
-			if has && dispatch() {
+			if s.has && s.dispatch() {
 				r.End = conn.Since(c.clock, r.Sent) // the end marker's arrival
 				drain(br, body)
-				return complete || r.Error != "", malformed, nil
+				return s.complete || r.Error != "", s.malformed, nil
 			}
-			errType = false
+			s.errType = false
 		case line[0] == ':':
 			// a comment (keep-alive)
 		case bytes.HasPrefix(line, []byte("data:")):
-			v := line[5:]
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
+			var at time.Duration // an event's instant is its first line's
+			if !s.has {
+				at = conn.Since(c.clock, r.Sent)
 			}
-			if !has {
-				evAt = conn.Since(c.clock, r.Sent)
-				ev = append(ev[:0], v...)
-				has = true
-			} else {
-				ev = append(ev, '\n')
-				ev = append(ev, v...)
-			}
-			if len(ev) > maxEvent {
-				return false, malformed, errors.New("stream event longer than 8 MiB")
+			if err := s.data(line[5:], at); err != nil {
+				return false, s.malformed, err
 			}
 		case bytes.HasPrefix(line, []byte("event:")):
-			errType = string(bytes.TrimSpace(line[6:])) == "error"
+			s.errType = string(bytes.TrimSpace(line[6:])) == "error"
 		}
 		if rerr != nil { // EOF after a last unterminated line
-			if has && dispatch() {
+			if s.has && s.dispatch() {
 				break
 			}
-			return finished, malformed, nil
+			return s.finished, s.malformed, nil
 		}
 	}
 	r.End = c.since(r.Sent)
-	return complete || r.Error != "", malformed, nil
+	return s.complete || r.Error != "", s.malformed, nil
+}
+
+// errLineTooLong is a stream line beyond maxEvent.
+var errLineTooLong = errors.New("stream line longer than 8 MiB")
+
+// readLine reads one line of the stream, through *long when it is longer
+// than the reader's buffer (up to maxEvent, else errLineTooLong). The
+// line is valid until the next read.
+func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
+	line, rerr := br.ReadSlice('\n')
+	if !errors.Is(rerr, bufio.ErrBufferFull) {
+		return line, rerr
+	}
+	*long = append((*long)[:0], line...)
+	for errors.Is(rerr, bufio.ErrBufferFull) && len(*long) <= maxEvent {
+		line, rerr = br.ReadSlice('\n')
+		*long = append(*long, line...)
+	}
+	if len(*long) > maxEvent {
+		return nil, errLineTooLong
+	}
+	return *long, rerr
+}
+
+// stream is what read keeps of one response: the pending event, what the
+// chunks so far said, and the request it fills in.
+type stream struct {
+	r *trace.Request
+	p *Progress
+
+	ev        []byte // the pending event's data
+	evAt      time.Duration
+	has       bool
+	errType   bool // the pending event is an "event: error"
+	finished  bool // a chunk carried a finish reason
+	lastUsage int
+	cont      bool // per-chunk usage (vLLM continuous_usage_stats)
+	ch        chunk
+	complete  bool // the end marker came
+	malformed int
+}
+
+// data adds a data line's value (after "data:") to the pending event; a
+// first line opens it at the instant at (ignored for the lines after).
+func (s *stream) data(v []byte, at time.Duration) error {
+	if len(v) > 0 && v[0] == ' ' {
+		v = v[1:]
+	}
+	if !s.has {
+		s.evAt = at
+		s.ev = append(s.ev[:0], v...)
+		s.has = true
+	} else {
+		s.ev = append(s.ev, '\n')
+		s.ev = append(s.ev, v...)
+	}
+	if len(s.ev) > maxEvent {
+		return errors.New("stream event longer than 8 MiB")
+	}
+	return nil
+}
+
+// dispatch handles the pending event; stop says the stream is over (its
+// end marker, or an error the server reported).
+func (s *stream) dispatch() (stop bool) {
+	r := s.r
+	s.has = false
+	if r.FirstEvent == 0 {
+		r.FirstEvent = s.evAt
+	}
+	data := bytes.TrimSpace(s.ev)
+	if string(data) == "[DONE]" {
+		s.complete = true
+		return true
+	}
+	if s.errType {
+		r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(data)
+		return true
+	}
+	if len(data) == 0 {
+		return false
+	}
+	if !parseChunk(data, &s.ch) {
+		s.malformed++
+		return false
+	}
+	if s.ch.errored {
+		var v struct {
+			Error json.RawMessage `json:"error"`
+		}
+		_ = json.Unmarshal(data, &v)
+		r.ErrorKind, r.Error = prober.KindServer, "the server reported an error mid-stream: "+prober.ErrorMessage(v.Error)
+		return true
+	}
+	s.finished = s.finished || s.ch.finished
+	s.tokens(s.ch.tokens)
+	return false
+}
+
+// tokens counts the chunk's n tokens (more when per-chunk usage says so)
+// at the event's instant: the first token, or a gap after the last.
+func (s *stream) tokens(n int) {
+	r, ch := s.r, &s.ch
+	if ch.usage {
+		if n > 0 && len(r.Tokens) == 0 {
+			s.cont = true
+		}
+		if s.cont && n > 0 {
+			if d := ch.completionTokens - s.lastUsage; d > n {
+				n = d
+			}
+		}
+		s.lastUsage = ch.completionTokens
+		r.PromptTokens, r.CompletionTokens = ch.promptTokens, ch.completionTokens
+	}
+	if n > 0 {
+		if n > 1 {
+			r.MultiTokenChunks++
+		}
+		if len(r.Tokens) == 0 {
+			r.FirstToken = s.evAt
+			s.p.firstToken(s.evAt)
+		} else {
+			s.p.gap(s.evAt - r.Tokens[len(r.Tokens)-1])
+		}
+		r.Tokens = append(r.Tokens, s.evAt)
+		s.p.tokens(n)
+	}
 }
 
 // drain reads what little follows the end marker (the chunked encoding's
