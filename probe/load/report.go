@@ -95,12 +95,42 @@ func med(w WorkloadReport, f func(RunMetrics) float64) float64 {
 // with min/median/max when there is more than one.
 func (r Report) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## treni-top bench — %s\n\n", r.Model)
-	fmt.Fprintf(&b, "Server %s (%s endpoint), seed %d", r.URL, r.Endpoint, r.Seed)
-	if r.Concurrency > 0 {
-		fmt.Fprintf(&b, ", concurrency ≤ %d", r.Concurrency)
+	writePreamble(&b, r)
+	if len(r.Workloads) == 0 {
+		b.WriteString("\nNo workload ran.\n")
+		return b.String()
 	}
-	fmt.Fprintf(&b, ", %d warm-up run(s) not counted, %d measured run(s)", r.WarmupRuns, r.RepeatRuns)
+	b.WriteString("\n| Workload | Requests | Prompt tokens | Max tokens | Arrival |\n|---|--:|---|---|---|\n")
+	for _, w := range r.Workloads {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", w.Spec.Name, w.Spec.Requests, w.Spec.PromptDescription(), w.Spec.MaxTokens, w.Spec.Arrival)
+	}
+	writeMetrics(&b, r)
+	writeErrorKinds(&b, r)
+	if r.SLO != nil {
+		fmt.Fprintf(&b, "\nGoodput counts requests that met every SLO:%s.\n", sloText(*r.SLO))
+	}
+	writeBounds(&b, r)
+	if r.Saturation != nil {
+		writeSaturation(&b, r.Saturation)
+	}
+	if r.RepeatRuns > 1 {
+		for _, w := range r.Workloads {
+			writeRepeats(&b, w)
+		}
+	}
+	return b.String()
+}
+
+// writePreamble writes the title, the server and the settings, and what
+// the reader must know before the figures: an interrupted bench, a cold
+// server.
+func writePreamble(b *strings.Builder, r Report) {
+	fmt.Fprintf(b, "## treni-top bench — %s\n\n", r.Model)
+	fmt.Fprintf(b, "Server %s (%s endpoint), seed %d", r.URL, r.Endpoint, r.Seed)
+	if r.Concurrency > 0 {
+		fmt.Fprintf(b, ", concurrency ≤ %d", r.Concurrency)
+	}
+	fmt.Fprintf(b, ", %d warm-up run(s) not counted, %d measured run(s)", r.WarmupRuns, r.RepeatRuns)
 	if r.RepeatRuns > 1 {
 		b.WriteString(" (values are medians across runs)")
 	}
@@ -115,24 +145,23 @@ func (r Report) Markdown() string {
 		b.WriteString("\n**Interrupted**: the bench was stopped; the figures cover what ran.\n")
 	}
 	if r.ColdContaminated {
-		writeCold(&b, r)
+		writeCold(b, r)
 	} else if up := r.ServerUptimeS; up != nil && *up < freshServerS && r.WarmupRuns == 0 {
-		fmt.Fprintf(&b, "\nThe server had been up only %.0f s when the bench started and no warm-up run was given. No request stood out as cold, but if the server initialises anything on first use it is in the figures; `--warmup-runs 1` keeps it out.\n", *up)
+		fmt.Fprintf(b, "\nThe server had been up only %.0f s when the bench started and no warm-up run was given. No request stood out as cold, but if the server initialises anything on first use it is in the figures; `--warmup-runs 1` keeps it out.\n", *up)
 	}
-	if len(r.Workloads) == 0 {
-		b.WriteString("\nNo workload ran.\n")
-		return b.String()
-	}
-	b.WriteString("\n| Workload | Requests | Prompt tokens | Max tokens | Arrival |\n|---|--:|---|---|---|\n")
-	for _, w := range r.Workloads {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", w.Spec.Name, w.Spec.Requests, w.Spec.PromptDescription(), w.Spec.MaxTokens, w.Spec.Arrival)
-	}
-	type row struct {
-		name string
-		f    func(RunMetrics) float64
-		prec int
-	}
-	rows := []row{
+}
+
+// metricRow is one row of the metrics table: its name, the run's value
+// and the decimals shown.
+type metricRow struct {
+	name string
+	f    func(RunMetrics) float64
+	prec int
+}
+
+// metricRows are the metrics table's rows; goodput's only with an SLO.
+func metricRows(slo bool) []metricRow {
+	rows := []metricRow{
 		{"Throughput (tok/s)", func(m RunMetrics) float64 { return m.OutputTokPerSec }, 1},
 		{"Requests/s", func(m RunMetrics) float64 { return m.ReqPerSec }, 2},
 		{"TTFT P50 (ms)", func(m RunMetrics) float64 { return m.TTFT.P50 }, 0},
@@ -148,32 +177,38 @@ func (r Report) Markdown() string {
 		{"Latency P99 (s)", func(m RunMetrics) float64 { return m.E2E.P99 / 1000 }, 3},
 		{"Errors", func(m RunMetrics) float64 { return float64(m.Failed) }, 0},
 	}
-	if r.SLO != nil {
+	if slo {
 		rows = append(rows,
-			row{"Goodput (req/s)", func(m RunMetrics) float64 {
+			metricRow{"Goodput (req/s)", func(m RunMetrics) float64 {
 				if m.Goodput == nil {
 					return 0
 				}
 				return m.Goodput.ReqPerSec
 			}, 2},
-			row{"SLO met (%)", func(m RunMetrics) float64 {
+			metricRow{"SLO met (%)", func(m RunMetrics) float64 {
 				if m.Goodput == nil {
 					return 0
 				}
 				return 100 * m.Goodput.Fraction
 			}, 0})
 	}
+	return rows
+}
+
+// writeMetrics writes the metrics table: a column per workload, the
+// median of its runs.
+func writeMetrics(b *strings.Builder, r Report) {
 	b.WriteString("\n| Metric |")
 	for _, w := range r.Workloads {
-		fmt.Fprintf(&b, " %s |", w.Spec.Name)
+		fmt.Fprintf(b, " %s |", w.Spec.Name)
 	}
 	b.WriteString("\n|---|")
 	for range r.Workloads {
 		b.WriteString("--:|")
 	}
 	b.WriteString("\n")
-	for _, rw := range rows {
-		fmt.Fprintf(&b, "| %s |", rw.name)
+	for _, rw := range metricRows(r.SLO != nil) {
+		fmt.Fprintf(b, "| %s |", rw.name)
 		for _, w := range r.Workloads {
 			if len(w.Runs) == 0 {
 				b.WriteString(" — |")
@@ -183,11 +218,15 @@ func (r Report) Markdown() string {
 			if prec == 0 && strings.HasSuffix(rw.name, "(ms)") && v != 0 && math.Abs(v) < 10 {
 				prec = 1 // "2" ms would hide what "2.4" shows
 			}
-			fmt.Fprintf(&b, " %.*f |", prec, v)
+			fmt.Fprintf(b, " %.*f |", prec, v)
 		}
 		b.WriteString("\n")
 	}
-	// Errors by kind, when there are any.
+}
+
+// writeErrorKinds writes the errors by kind of all runs, when there are
+// any.
+func writeErrorKinds(b *strings.Builder, r Report) {
 	kinds := map[string]int{}
 	for _, w := range r.Workloads {
 		for _, run := range w.Runs {
@@ -196,31 +235,19 @@ func (r Report) Markdown() string {
 			}
 		}
 	}
-	if len(kinds) > 0 {
-		var names []string
-		for k := range kinds {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		b.WriteString("\nErrors by kind (all runs):")
-		for _, k := range names {
-			fmt.Fprintf(&b, " %s %d;", k, kinds[k])
-		}
-		b.WriteString("\n")
+	if len(kinds) == 0 {
+		return
 	}
-	if r.SLO != nil {
-		fmt.Fprintf(&b, "\nGoodput counts requests that met every SLO:%s.\n", sloText(*r.SLO))
+	var names []string
+	for k := range kinds {
+		names = append(names, k)
 	}
-	writeBounds(&b, r)
-	if r.Saturation != nil {
-		writeSaturation(&b, r.Saturation)
+	sort.Strings(names)
+	b.WriteString("\nErrors by kind (all runs):")
+	for _, k := range names {
+		fmt.Fprintf(b, " %s %d;", k, kinds[k])
 	}
-	if r.RepeatRuns > 1 {
-		for _, w := range r.Workloads {
-			writeRepeats(&b, w)
-		}
-	}
-	return b.String()
+	b.WriteString("\n")
 }
 
 func sloText(s SLO) string {
