@@ -182,25 +182,9 @@ func (b *Bench) RunOnce(ctx context.Context, spec Spec, items []Item, p Plan, ru
 	if warmup {
 		phase, tag = trace.PhaseWarmup, fmt.Sprintf("w%d", run)
 	}
-	repeat := run
-	if warmup {
-		repeat = 0
-	}
-	b.Progress.begin(spec.Name, repeat, p.RepeatRuns, warmup, len(items))
-	b.emit(trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchStart, Attrs: trace.Attrs{
-		"workload": spec.Name, "run": run, "warmup": warmup, "repeats": p.RepeatRuns, "seed": float64(p.Seed),
-		"requests": len(items), "concurrency": p.Concurrency, "arrival": spec.Arrival.String(),
-		"prompt_tokens": spec.PromptDescription(), "max_tokens": spec.MaxTokens.String(),
-	}}})
+	b.begin(spec, len(items), p, run, warmup)
 
 	res := RunResult{Requests: make([]trace.Request, len(items))}
-	var sem chan struct{}
-	if p.Concurrency > 0 {
-		sem = make(chan struct{}, p.Concurrency)
-	}
-	// The goroutines below are owned by this call: it waits for all of
-	// them, and cancelling ctx ends their requests.
-	var wg sync.WaitGroup
 	do := func(i int) {
 		it := items[i]
 		id := fmt.Sprintf("%s-%s-%04d", spec.Name, tag, it.Index)
@@ -219,13 +203,45 @@ func (b *Bench) RunOnce(ctx context.Context, spec Spec, items []Item, p Plan, ru
 			res.Planned[i] = res.Start + it.At
 		}
 	}
+	sent := b.send(ctx, spec.Arrival, items, res.Start, p.Concurrency, do)
+	res.End = b.Clock.Now()
+	res.settle(spec.Name, tag, phase, items)
+	b.end(spec.Name, run, warmup, sent, res)
+	return res
+}
+
+// begin starts a run: the progress, and the bench_start marker with the
+// run's settings.
+func (b *Bench) begin(spec Spec, n int, p Plan, run int, warmup bool) {
+	repeat := run
+	if warmup {
+		repeat = 0
+	}
+	b.Progress.begin(spec.Name, repeat, p.RepeatRuns, warmup, n)
+	b.emit(trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchStart, Attrs: trace.Attrs{
+		"workload": spec.Name, "run": run, "warmup": warmup, "repeats": p.RepeatRuns, "seed": float64(p.Seed),
+		"requests": n, "concurrency": p.Concurrency, "arrival": spec.Arrival.String(),
+		"prompt_tokens": spec.PromptDescription(), "max_tokens": spec.MaxTokens.String(),
+	}}})
+}
+
+// send sends every item with do at its arrival instant after start (one
+// after the other for a sequential workload), at most concurrency in
+// flight (0: no cap), until ctx ends; it returns how many were sent once
+// all of them are done. The goroutines it starts are owned by this call:
+// it waits for all of them, and cancelling ctx ends their requests.
+func (b *Bench) send(ctx context.Context, arrival Arrival, items []Item, start time.Duration, concurrency int, do func(i int)) (sent int) {
+	var sem chan struct{}
+	if concurrency > 0 {
+		sem = make(chan struct{}, concurrency)
+	}
+	var wg sync.WaitGroup
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	sent := 0
 send:
 	for i := range items {
-		if spec.Arrival.Pattern == Sequential {
+		if arrival.Pattern == Sequential {
 			if ctx.Err() != nil {
 				break
 			}
@@ -233,7 +249,7 @@ send:
 			sent++
 			continue
 		}
-		if wait := res.Start + items[i].At - b.Clock.Now(); wait > 0 {
+		if wait := start + items[i].At - b.Clock.Now(); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
@@ -262,15 +278,19 @@ send:
 		}(i)
 	}
 	wg.Wait()
-	res.End = b.Clock.Now()
-	// Requests never sent (cancelled) are reported as such, not as zeros.
+	return sent
+}
+
+// settle completes a run's result once its requests are done: requests
+// never sent (cancelled) are reported as such, not as zeros, and the
+// run's duration ends at the last response, not at our wake-up.
+func (res *RunResult) settle(workload, tag string, phase trace.Phase, items []Item) {
 	for i := range res.Requests {
 		if res.Requests[i].ID == "" {
-			res.Requests[i] = trace.Request{ID: fmt.Sprintf("%s-%s-%04d", spec.Name, tag, items[i].Index),
+			res.Requests[i] = trace.Request{ID: fmt.Sprintf("%s-%s-%04d", workload, tag, items[i].Index),
 				Phase: phase, Done: true, ErrorKind: "canceled", Error: "not sent: the bench was stopped"}
 		}
 	}
-	// The run's duration ends at the last response, not at our wake-up.
 	var last time.Duration
 	for _, r := range res.Requests {
 		if r.Sent > 0 && r.Sent+r.End > last {
@@ -280,6 +300,11 @@ send:
 	if last > res.Start {
 		res.End = last
 	}
+}
+
+// end ends a run with the bench_end marker: what was sent, failed and
+// generated, and the output rate.
+func (b *Bench) end(workload string, run int, warmup bool, sent int, res RunResult) {
 	failed := 0
 	var out int
 	for _, r := range res.Requests {
@@ -289,13 +314,12 @@ send:
 			out += r.OutputTokens()
 		}
 	}
-	attrs := trace.Attrs{"workload": spec.Name, "run": run, "warmup": warmup, "sent": sent,
+	attrs := trace.Attrs{"workload": workload, "run": run, "warmup": warmup, "sent": sent,
 		"failed": failed, "output_tokens": out, "duration_s": (res.End - res.Start).Seconds()}
 	if d := (res.End - res.Start).Seconds(); d > 0 {
 		attrs["output_tok_per_s"] = float64(out) / d
 	}
 	b.emit(trace.Event{Kind: trace.KindMarker, Marker: &trace.Marker{Name: trace.MarkerBenchEnd, Attrs: attrs}})
-	return res
 }
 
 func (b *Bench) emit(e trace.Event) {
