@@ -343,26 +343,10 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 	var firstByte atomic.Int64
 	conn := &netstamp.Tracker{}
 	ctx = httptrace.WithClientTrace(ctx, conn.Trace(c.clock, func(at time.Duration) { firstByte.CompareAndSwap(0, int64(at)) }))
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
+	hreq, err := c.newRequest(ctx, t, id, body)
 	if err != nil {
 		r.Error, r.ErrorKind = fmt.Sprintf("bad server URL %q: %v", t.BaseURL, err), KindConnect
 		return res
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if t.Endpoint.ollama() {
-		hreq.Header.Set("Accept", "application/x-ndjson")
-	} else {
-		hreq.Header.Set("Accept", "text/event-stream")
-	}
-	for k, vs := range t.Header {
-		for _, v := range vs {
-			hreq.Header.Add(k, v)
-		}
-	}
-	if c.traceCtx != nil {
-		if sc := c.traceCtx(c.run, id); sc.IsValid() {
-			propagation.TraceContext{}.Inject(oteltrace.ContextWithSpanContext(ctx, sc), propagation.HeaderCarrier(hreq.Header))
-		}
 	}
 
 	r.Sent = c.clock.Now()
@@ -414,6 +398,32 @@ func (c *Client) Do(ctx context.Context, t Template, id, label string, phase tra
 		r.Error = fmt.Sprintf("the server closed the stream after %d token chunks without its end marker (crashed or restarted?)", len(r.Tokens))
 	}
 	return res
+}
+
+// newRequest is t's HTTP request with body: its content types, t's
+// headers, and the traceparent of request id when traces are propagated.
+func (c *Client) newRequest(ctx context.Context, t Template, id string, body []byte) (*http.Request, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if t.Endpoint.ollama() {
+		hreq.Header.Set("Accept", "application/x-ndjson")
+	} else {
+		hreq.Header.Set("Accept", "text/event-stream")
+	}
+	for k, vs := range t.Header {
+		for _, v := range vs {
+			hreq.Header.Add(k, v)
+		}
+	}
+	if c.traceCtx != nil {
+		if sc := c.traceCtx(c.run, id); sc.IsValid() {
+			propagation.TraceContext{}.Inject(oteltrace.ContextWithSpanContext(ctx, sc), propagation.HeaderCarrier(hreq.Header))
+		}
+	}
+	return hreq, nil
 }
 
 // classify names a transport error. started says whether the response had
