@@ -162,7 +162,7 @@ func runLive(ctx context.Context, o *liveOptions, p *live.Plan, stdout, stderr i
 	var ui sessions.UI
 	if !o.Headless {
 		ui = func(ctx context.Context, sub *trace.Subscription) error {
-			return tui.Run(ctx, tui.Options{Header: p.Header, Sub: sub, Controller: r, Clock: p.Clock.Now, File: l.Path()})
+			return tui.Run(ctx, tui.Options{Header: l.Header(), Sub: sub, Controller: r, Clock: p.Clock.Now, File: l.Path()})
 		}
 	}
 	return l.Run(ctx, ui, stdout, stderr)
