@@ -22,31 +22,21 @@ import (
 
 // benchOptions are bench's flags.
 type benchOptions struct {
-	fleet                  fleetOptions
-	url, model, endpoint   string
-	workload, workloadFile string
-	numRequests            int
-	promptTokens           int
-	maxTokens              int
-	concurrency            int
-	qps                    []float64
-	sweepSeconds           float64
-	floors, modelConfig    string
-	seed                   uint64
-	warmup, repeat         int
-	sloTTFT, sloTPOT       float64
-	sloE2E                 float64
-	json                   bool
-	record                 string
-	noRecord               bool
-	timeout                time.Duration
-	ignoreEOS              bool
-	noUsage                bool
-	readStamps             bool
-	apiKey                 string
-	quiet                  bool
-	tui                    bool
-	tokenizer              string
+	fleet                fleetOptions
+	plan                 load.PlanOptions
+	url, model, endpoint string
+	floors, modelConfig  string
+	json                 bool
+	record               string
+	noRecord             bool
+	timeout              time.Duration
+	ignoreEOS            bool
+	noUsage              bool
+	readStamps           bool
+	apiKey               string
+	quiet                bool
+	tui                  bool
+	tokenizer            string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -94,23 +84,23 @@ with --json.`,
 	f.StringVar(&o.url, "url", "", "the server's base URL, e.g. http://127.0.0.1:8000 (required)")
 	f.StringVar(&o.model, "model", "", "model name to request (default: the first one /v1/models lists)")
 	f.StringVar(&o.endpoint, "endpoint", "chat", "API: chat (/v1/chat/completions) or completions (/v1/completions)")
-	f.StringVar(&o.workload, "workload", "baseline", "workload: "+strings.Join(load.BuiltinNames(), ", ")+", or all")
-	f.StringVar(&o.workloadFile, "workload-file", "", "JSON file of custom workloads (docs/BENCH_SCHEMA.md)")
-	f.IntVar(&o.numRequests, "num-requests", 0, "custom workload: number of requests (with --qps: per QPS level)")
-	f.IntVar(&o.promptTokens, "prompt-tokens", 0, "custom workload: prompt length in tokens (see --tokenizer; --qps default 1024)")
+	f.StringVar(&o.plan.Workload, "workload", "baseline", "workload: "+strings.Join(load.BuiltinNames(), ", ")+", or all")
+	f.StringVar(&o.plan.WorkloadFile, "workload-file", "", "JSON file of custom workloads (docs/BENCH_SCHEMA.md)")
+	f.IntVar(&o.plan.NumRequests, "num-requests", 0, "custom workload: number of requests (with --qps: per QPS level)")
+	f.IntVar(&o.plan.PromptTokens, "prompt-tokens", 0, "custom workload: prompt length in tokens (see --tokenizer; --qps default 1024)")
 	f.StringVar(&o.tokenizer, "tokenizer", "", "the served model's tokenizer directory (tokenizer.json): prompts of exactly their token lengths in its tokens; without it, ~4 characters a token, which a real tokenizer counts differently (Qwen3: 848 of 1,024)")
-	f.IntVar(&o.maxTokens, "max-tokens", 0, "custom workload: max_tokens (--qps default 128)")
-	f.IntVar(&o.concurrency, "concurrency", 0, "cap on requests in flight (0: no cap)")
-	f.Float64SliceVar(&o.qps, "qps", nil, "QPS sweep: Poisson arrival rates, e.g. 1,2,4,8")
-	f.Float64Var(&o.sweepSeconds, "sweep-seconds", load.SweepSeconds, "QPS sweep: seconds of arrivals per level when --num-requests is not given (at least 16 requests)")
+	f.IntVar(&o.plan.MaxTokens, "max-tokens", 0, "custom workload: max_tokens (--qps default 128)")
+	f.IntVar(&o.plan.Concurrency, "concurrency", 0, "cap on requests in flight (0: no cap)")
+	f.Float64SliceVar(&o.plan.QPS, "qps", nil, "QPS sweep: Poisson arrival rates, e.g. 1,2,4,8")
+	f.Float64Var(&o.plan.SweepSeconds, "sweep-seconds", load.SweepSeconds, "QPS sweep: seconds of arrivals per level when --num-requests is not given (at least 16 requests)")
 	f.StringVar(&o.floors, "floors", "", "treni-top doctor --floors --json output of the server's machine: with --model-config, the bound of a burst of equal requests")
 	f.StringVar(&o.modelConfig, "model-config", "", "the served checkpoint's config.json (or its folder): with --floors, the bound of a burst of equal requests")
-	f.Uint64Var(&o.seed, "seed", load.DefaultSeed, "seed for prompts, lengths and arrivals")
-	f.IntVar(&o.warmup, "warmup-runs", 0, "runs of each workload before measuring, not counted")
-	f.IntVar(&o.repeat, "repeat-runs", 1, "measured runs of each workload (min/median/max across them)")
-	f.Float64Var(&o.sloTTFT, "slo-ttft-ms", 0, "goodput SLO: TTFT at most this many ms")
-	f.Float64Var(&o.sloTPOT, "slo-tpot-ms", 0, "goodput SLO: TPOT at most this many ms")
-	f.Float64Var(&o.sloE2E, "slo-e2e-ms", 0, "goodput SLO: E2E latency at most this many ms")
+	f.Uint64Var(&o.plan.Seed, "seed", load.DefaultSeed, "seed for prompts, lengths and arrivals")
+	f.IntVar(&o.plan.WarmupRuns, "warmup-runs", 0, "runs of each workload before measuring, not counted")
+	f.IntVar(&o.plan.RepeatRuns, "repeat-runs", 1, "measured runs of each workload (min/median/max across them)")
+	f.Float64Var(&o.plan.SLO.TTFTms, "slo-ttft-ms", 0, "goodput SLO: TTFT at most this many ms")
+	f.Float64Var(&o.plan.SLO.TPOTms, "slo-tpot-ms", 0, "goodput SLO: TPOT at most this many ms")
+	f.Float64Var(&o.plan.SLO.E2Ems, "slo-e2e-ms", 0, "goodput SLO: E2E latency at most this many ms")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON (schema treni-top-bench/1) instead of Markdown")
 	f.StringVar(&o.record, "record", "", "session file to write (default: a new file under the user's data directory)")
 	f.BoolVar(&o.noRecord, "no-record", false, "do not record a session file")
@@ -224,13 +214,8 @@ func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, erro
 	case ep != prober.Chat && ep != prober.Completions:
 		return load.Plan{}, ep, fmt.Errorf("--endpoint %q unknown; use chat or completions", o.endpoint)
 	}
-	plan, err := load.PlanOptions{
-		Workload: o.workload, WorkloadSet: workloadSet, WorkloadFile: o.workloadFile,
-		QPS: o.qps, SweepSeconds: o.sweepSeconds,
-		NumRequests: o.numRequests, PromptTokens: o.promptTokens, MaxTokens: o.maxTokens,
-		Seed: o.seed, WarmupRuns: o.warmup, RepeatRuns: o.repeat, Concurrency: o.concurrency,
-		SLO: load.SLO{TTFTms: o.sloTTFT, TPOTms: o.sloTPOT, E2Ems: o.sloE2E},
-	}.Plan()
+	o.plan.WorkloadSet = workloadSet
+	plan, err := o.plan.Plan()
 	return plan, ep, err
 }
 
