@@ -313,8 +313,7 @@ type stream struct {
 	has       bool
 	errType   bool // the pending event is an "event: error"
 	finished  bool // a chunk carried a finish reason
-	lastUsage int
-	cont      bool // per-chunk usage (vLLM continuous_usage_stats)
+	usage     prober.UsageCounter
 	ch        chunk
 	complete  bool // the end marker came
 	malformed int
@@ -382,15 +381,7 @@ func (s *stream) dispatch() (stop bool) {
 func (s *stream) tokens(n int) {
 	r, ch := s.r, &s.ch
 	if ch.usage {
-		if n > 0 && len(r.Tokens) == 0 {
-			s.cont = true
-		}
-		if s.cont && n > 0 {
-			if d := ch.completionTokens - s.lastUsage; d > n {
-				n = d
-			}
-		}
-		s.lastUsage = ch.completionTokens
+		n = s.usage.Count(n, len(r.Tokens) == 0, ch.completionTokens)
 		r.PromptTokens, r.CompletionTokens = ch.promptTokens, ch.completionTokens
 	}
 	if n > 0 {

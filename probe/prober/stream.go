@@ -19,11 +19,31 @@ type stream struct {
 
 	text, reasoning strings.Builder
 
-	// Per-chunk usage (vLLM's continuous_usage_stats): when the first
-	// token-bearing chunk carries usage, usage deltas count the tokens of
-	// each chunk; otherwise each choice carrying a token counts as one.
+	usage UsageCounter
+}
+
+// UsageCounter counts a stream's tokens from per-chunk usage (vLLM's
+// continuous_usage_stats): when the first token-bearing chunk carries
+// usage, usage deltas count the tokens of each chunk; otherwise each
+// choice carrying a token counts as one. The zero value is ready.
+type UsageCounter struct {
 	continuous bool
-	lastUsage  int
+	last       int
+}
+
+// Count is the tokens of a chunk that carries usage (completion tokens so
+// far) and n tokens by its choices, first when no token came before it.
+func (u *UsageCounter) Count(n int, first bool, completion int) int {
+	if n > 0 && first {
+		u.continuous = true
+	}
+	if u.continuous && n > 0 {
+		if d := completion - u.last; d > n {
+			n = d
+		}
+	}
+	u.last = completion
+	return n
 }
 
 // event records that a protocol event (SSE event or JSON line) arrived and
@@ -157,15 +177,7 @@ func (s *stream) readSSE(body io.Reader) (complete bool, err error) {
 		}
 		r := &s.res.Request
 		if u := ch.Usage; u != nil {
-			if n > 0 && len(r.Tokens) == 0 {
-				s.continuous = true
-			}
-			if s.continuous && n > 0 {
-				if d := u.CompletionTokens - s.lastUsage; d > n {
-					n = d
-				}
-			}
-			s.lastUsage = u.CompletionTokens
+			n = s.usage.Count(n, len(r.Tokens) == 0, u.CompletionTokens)
 			r.PromptTokens = u.PromptTokens
 			r.CompletionTokens = u.CompletionTokens
 		}
