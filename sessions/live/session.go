@@ -72,8 +72,8 @@ func (s *Session) RunIndex() int {
 }
 
 // StartRunner builds the runner of the plan's cold sequence on the
-// session's bus and starts the samplers' own events; the caller drives it
-// (sessions.Live.Drive). On an error the session is finished.
+// session's bus and starts the samplers' own events; Run drives it. On
+// an error the session is finished.
 func (s *Session) StartRunner() (*runner.Runner, error) {
 	p, o := s.plan, s.opts
 	cfg := p.config
