@@ -20,6 +20,9 @@ func (waterfallPane) title() string { return "Cold start" }
 
 const wfNameW = 23 // "▶ " + the longest stage name (decoder_tensor_upload)
 
+// The duration and share columns' widths.
+const wfDurW, wfShareW = 9, 4
+
 func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 	t := c.theme
 	r, ok := st.run(c.runSel)
@@ -27,7 +30,32 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 		return []string{t.render(t.dim, "no stages yet — waiting for the target to start")}
 	}
 	a := r.Attribution
-	lines := make([]string, 0, h)
+	// Columns: name, bar, duration, share; no bars (bw 0) below 10
+	// columns for them.
+	bw := w - wfNameW - 1 - 1 - wfDurW - 1 - wfShareW
+	if bw < 10 {
+		bw = 0
+	}
+	var axisLines []string
+	if bw > 0 {
+		lab, ax := axis(a.Window, bw)
+		pre := strings.Repeat(" ", wfNameW+1)
+		axisLines = []string{pre + t.render(t.axis, lab), pre + t.render(t.axis, ax)}
+	}
+	return fitWaterfall(t, h, waterfallLines{
+		head: t.render(t.title, waterfallHead(r, w)),
+		dom:  dominantLine(t, a),
+		axis: axisLines,
+		rows: stageRows(t, r, bw),
+		gap:  gapRow(t, a, bw),
+		path: criticalPath(t, a),
+	})
+}
+
+// waterfallHead is the headline: the cold total and where it ends, the
+// unattributed time, and (from 100 columns) the attributed time.
+func waterfallHead(r sessions.Run, w int) string {
+	a := r.Attribution
 	end := map[string]string{
 		sessions.ColdEndFirstToken: "start → cold first token",
 		sessions.ColdEndHealthy:    "start → healthy",
@@ -38,32 +66,30 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 	if w >= 100 {
 		head += " · attributed " + stat.FormatDuration(a.Attributed)
 	}
-	var domLine string
-	if a.Dominant != "" {
-		// "Top stage" is the attribution's dominant stage (most time no
-		// other stage covers); the diagnosis pane weighs the evidence and
-		// may name a different cold term.
-		dom := "top stage: " + string(a.Dominant)
-		if s, ok := a.Stage(a.Dominant); ok {
-			dom += fmt.Sprintf(" — %s exclusive; %s, %s of the cold total", stat.FormatDuration(s.Exclusive), stat.FormatDuration(s.Duration), pct(s.Share))
-		} else if a.Dominant == trace.StageUnattributed {
-			dom += " — gaps no stage covers; the server does not log that part"
-		}
-		domLine = t.render(t.barDominant, dom)
+	return head
+}
+
+// dominantLine names the attribution's top stage (most time no other
+// stage covers); "" when there is none. The diagnosis pane weighs the
+// evidence and may name a different cold term.
+func dominantLine(t *theme, a trace.Attribution) string {
+	if a.Dominant == "" {
+		return ""
 	}
-	// Columns: name, bar, duration, share.
-	const durW, shareW = 9, 4
-	bw := w - wfNameW - 1 - 1 - durW - 1 - shareW
-	showBar := bw >= 10
-	if !showBar {
-		bw = 0
+	dom := "top stage: " + string(a.Dominant)
+	if s, ok := a.Stage(a.Dominant); ok {
+		dom += fmt.Sprintf(" — %s exclusive; %s, %s of the cold total", stat.FormatDuration(s.Exclusive), stat.FormatDuration(s.Duration), pct(s.Share))
+	} else if a.Dominant == trace.StageUnattributed {
+		dom += " — gaps no stage covers; the server does not log that part"
 	}
-	var axisLines []string
-	if showBar {
-		lab, ax := axis(a.Window, bw)
-		pre := strings.Repeat(" ", wfNameW+1)
-		axisLines = []string{pre + t.render(t.axis, lab), pre + t.render(t.axis, ax)}
-	}
+	return t.render(t.barDominant, dom)
+}
+
+// stageRows are one row per stage: its name (marked when dominant), its
+// bar bw columns wide (none when 0), its duration (… while open) and its
+// share.
+func stageRows(t *theme, r sessions.Run, bw int) []string {
+	a := r.Attribution
 	open := map[trace.Stage]bool{}
 	for _, sp := range r.Spans {
 		if sp.Open {
@@ -86,55 +112,77 @@ func (waterfallPane) view(c *programContext, st *state, w, h int) []string {
 			dur += "…"
 		}
 		line := t.render(nameSt, name) + " "
-		if showBar {
+		if bw > 0 {
 			line += t.render(barSt, stageBar(r.Spans, s.Name, a.Window, bw, open[s.Name])) + " "
 		}
-		rows = append(rows, line+padLeft(dur, durW)+" "+padLeft(pct(s.Share), shareW))
+		rows = append(rows, line+padLeft(dur, wfDurW)+" "+padLeft(pct(s.Share), wfShareW))
 	}
+	return rows
+}
+
+// gapRow is the unattributed time's row, its gaps drawn as a bar.
+func gapRow(t *theme, a trace.Attribution, bw int) string {
 	gap := t.render(t.gap, padRight("  "+string(trace.StageUnattributed), wfNameW)) + " "
-	if showBar {
+	if bw > 0 {
 		gap += t.render(t.gap, gapBar(a.Gaps, a.Window, bw)) + " "
 	}
-	gap += padLeft(stat.FormatDuration(a.Unattributed), durW) + " " + padLeft(pct(a.UnattributedShare()), shareW)
-	var path string
-	if len(a.CriticalPath) > 0 {
-		var names []string
-		for _, p := range a.CriticalPath {
-			if n := len(names); n == 0 || names[n-1] != string(p.Name) {
-				names = append(names, string(p.Name))
-			}
-		}
-		path = t.render(t.dim, "critical path: "+strings.Join(names, " → "))
-	}
+	return gap + padLeft(stat.FormatDuration(a.Unattributed), wfDurW) + " " + padLeft(pct(a.UnattributedShare()), wfShareW)
+}
 
-	// What must fit: the headline, the stage rows and the unattributed
-	// row; then, as room allows, the axis, the dominant line (the header
-	// also names it) and the critical path.
+// criticalPath names the stages of the critical path in order; "" when
+// there is none.
+func criticalPath(t *theme, a trace.Attribution) string {
+	if len(a.CriticalPath) == 0 {
+		return ""
+	}
+	var names []string
+	for _, p := range a.CriticalPath {
+		if n := len(names); n == 0 || names[n-1] != string(p.Name) {
+			names = append(names, string(p.Name))
+		}
+	}
+	return t.render(t.dim, "critical path: "+strings.Join(names, " → "))
+}
+
+// waterfallLines are the pane's parts, rendered.
+type waterfallLines struct {
+	head, dom  string
+	axis, rows []string
+	gap, path  string
+}
+
+// fitWaterfall fits the parts into h lines. What must fit: the headline,
+// the stage rows and the unattributed row; then, as room allows, the
+// axis, the dominant line (the header also names it) and the critical
+// path.
+func fitWaterfall(t *theme, h int, p waterfallLines) []string {
 	room := h - 2
-	if len(axisLines) > 0 && room-len(rows) >= 2 {
+	if len(p.axis) > 0 && room-len(p.rows) >= 2 {
 		room -= 2
 	} else {
-		axisLines = nil
+		p.axis = nil
 	}
-	if domLine != "" && room-len(rows) >= 1 {
+	if p.dom != "" && room-len(p.rows) >= 1 {
 		room--
 	} else {
-		domLine = ""
+		p.dom = ""
 	}
+	rows := p.rows
 	if len(rows) > room {
 		keep := max(room-1, 0)
 		more := t.render(t.dim, fmt.Sprintf("  … %d more stages (z zooms)", len(rows)-keep))
 		rows = append(rows[:keep:keep], more)
 	}
-	lines = append(lines, t.render(t.title, head))
-	if domLine != "" {
-		lines = append(lines, domLine)
+	lines := make([]string, 0, h)
+	lines = append(lines, p.head)
+	if p.dom != "" {
+		lines = append(lines, p.dom)
 	}
-	lines = append(lines, axisLines...)
+	lines = append(lines, p.axis...)
 	lines = append(lines, rows...)
-	lines = append(lines, gap)
-	if path != "" && len(lines) < h {
-		lines = append(lines, path)
+	lines = append(lines, p.gap)
+	if p.path != "" && len(lines) < h {
+		lines = append(lines, p.path)
 	}
 	return lines
 }
