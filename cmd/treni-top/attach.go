@@ -11,7 +11,7 @@ import (
 
 // attachOptions are attach's flags.
 type attachOptions struct {
-	liveOptions
+	live.Options
 	live.AttachOptions
 }
 
@@ -37,7 +37,7 @@ the HTTP status it got) and waits for the server to come up, until --timeout.`,
 	}
 	cmd.Flags().IntVar(&o.PID, "pid", 0, "the server's main process id, for the process and GPU memory samplers")
 	cmd.Flags().StringVar(&o.Kind, "kind", "", "server kind (ollama changes the health path); default: guessed")
-	addLiveFlags(cmd, &o.liveOptions)
+	addLiveFlags(cmd, &o.Options)
 	return cmd
 }
 
@@ -47,5 +47,5 @@ func (o *attachOptions) run(ctx context.Context, rawURL string, stdout, stderr i
 	if err != nil {
 		return withExit(2, err)
 	}
-	return runLive(ctx, &o.liveOptions, p, stdout, stderr)
+	return runLive(ctx, &o.Options, p, stdout, stderr)
 }

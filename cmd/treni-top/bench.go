@@ -22,7 +22,7 @@ import (
 
 // benchOptions are bench's flags.
 type benchOptions struct {
-	fleet                fleetOptions
+	fleet                live.FleetOptions
 	plan                 load.PlanOptions
 	url, model, endpoint string
 	floors, modelConfig  string
@@ -141,19 +141,12 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	defer client.Close()
 
 	h := live.BenchHeader(version, o.url, o.model, clock)
-	lo := live.BenchOptions{Record: o.record, NoRecord: o.noRecord, TUI: o.tui}
-	l, err := live.StartBench(&lo, h, clock, stderr)
+	lo := live.BenchOptions{Record: o.record, NoRecord: o.noRecord, TUI: o.tui, Fleet: o.fleet}
+	l, err := live.StartBench(ctx, &lo, h, clock, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	// OTLP export and fleet metrics of the bench's bus, as for run.
-	fl, err := startFleet(ctx, o.fleet, h, clock, l.Bus, func() int { return 0 }, stderr)
-	if err != nil {
-		_, _ = l.Finish()
-		return withExit(2, err)
-	}
-	l.OnClose(fl.stopInputs)
-	defer fl.finish(context.WithoutCancel(ctx))
+	defer l.Close(ctx)
 
 	b := &load.Bench{Client: client, Clock: clock, Sink: l.Bus, Progress: &load.Progress{}, Tokenizer: tok, Roofline: rf}
 	var ui sessions.UI
@@ -166,7 +159,7 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 	if !o.quiet {
 		progress = stderr
 	}
-	res := live.DriveBench(ctx, l, b, plan, ui, progress, stderr)
+	res := live.DriveBench(ctx, l.Live, b, plan, ui, progress, stderr)
 	rep, runErr, fileErr := res.Report, res.Err, res.FileErr
 	rep.Tool = "treni-top " + version
 	if fileErr != nil {

@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
-	"github.com/treni-top/treni-top/probe/otlpin"
-	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/sessions/fleetmetrics"
 	"github.com/treni-top/treni-top/sessions/otelexport"
-	"github.com/treni-top/treni-top/trace"
 )
 
 func newExportCmd() *cobra.Command {
@@ -142,121 +137,4 @@ func serveMetrics(ctx context.Context, cmd *cobra.Command, path, addr string, d 
 		return withExit(2, err)
 	}
 	return nil
-}
-
-// fleetOptions are the OpenTelemetry and Prometheus flags that run, attach
-// and bench share (issue 18). addFleetFlags registers them; startFleet
-// acts on them.
-type fleetOptions struct {
-	otlp        string // OTLP endpoint for live export (else the OTEL_ variables)
-	tokenEvents bool   // token arrivals as span events
-	otlpListen  string // address to receive a server's OTLP/HTTP traces on
-	metrics     string // address to serve /metrics on
-}
-
-func addFleetFlags(f *pflag.FlagSet, o *fleetOptions) {
-	f.StringVar(&o.otlp, "otlp", "", "export the session live as OTLP traces to this endpoint (OTEL_EXPORTER_OTLP_ENDPOINT alone does the same)")
-	f.BoolVar(&o.tokenEvents, "otlp-token-events", false, "with OTLP export: one span event per token")
-	f.StringVar(&o.otlpListen, "otlp-listen", "", "receive the server's own OTLP/HTTP traces on this address (e.g. 127.0.0.1:4318) and merge them into the session")
-	f.StringVar(&o.metrics, "metrics-listen", "", "serve fleet metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
-}
-
-// fleet is the OpenTelemetry and Prometheus plumbing of one live session.
-type fleet struct {
-	live   *otelexport.Live
-	recv   *otlpin.Receiver
-	srv    *fleetmetrics.Server
-	follow <-chan struct{}
-	ids    otelexport.IDs
-	stderr io.Writer
-	// cancel stops the goroutines startFleet started (they also stop when
-	// the bus closes, which is the normal end).
-	cancel context.CancelFunc
-}
-
-// startFleet starts what o asks for on a live session's bus; call it after
-// the bus exists and before the first event is emitted. run returns the
-// session's current cold run (received spans are stamped with it; nil
-// means 0). A collector that cannot be set up is a warning, never fatal;
-// an address that cannot be listened on is an error.
-func startFleet(ctx context.Context, o fleetOptions, h sessions.Header, clock trace.Clock, bus *trace.Bus, run func() int, stderr io.Writer) (*fleet, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	f := &fleet{ids: otelexport.NewIDs(h), stderr: stderr, cancel: cancel}
-	abort := func(err error) (*fleet, error) {
-		cancel()
-		f.finish(context.Background())
-		return nil, err
-	}
-	if o.otlp != "" || otelexport.Enabled(nil) {
-		live, err := otelexport.NewLive(ctx, otelexport.Config{Endpoint: o.otlp, TokenEvents: o.tokenEvents, Warn: stderr}, h, bus)
-		if err != nil {
-			fmt.Fprintf(stderr, "treni-top: warning: no OTLP export: %v\n", err)
-		} else {
-			f.live = live
-		}
-	}
-	if o.metrics != "" {
-		m := fleetmetrics.New(h)
-		f.follow = m.Follow(ctx, bus)
-		srv, err := fleetmetrics.Serve(ctx, o.metrics, m)
-		if err != nil {
-			return abort(err)
-		}
-		f.srv = srv
-		fmt.Fprintf(stderr, "treni-top: fleet metrics at %s\n", srv.URL())
-	}
-	if o.otlpListen != "" {
-		recv, err := otlpin.Listen(ctx, o.otlpListen, clock, bus, otlpin.Options{Run: run})
-		if err != nil {
-			return abort(err)
-		}
-		f.recv = recv
-		fmt.Fprintf(stderr, "treni-top: receiving OTLP traces at %s (point the server's OTLP traces endpoint there)\n", recv.Endpoint())
-	}
-	return f, nil
-}
-
-// TraceContext is the prober's traceparent source: set it on the probe
-// clients (prober.Client.SetTraceContext) so that a traced server's
-// request spans join the session's traces. Nil when neither export nor
-// receive is on.
-func (f *fleet) TraceContext() prober.TraceContextFunc {
-	if f.live == nil && f.recv == nil {
-		return nil
-	}
-	return f.ids.RequestSpanContext
-}
-
-// stopInputs stops receiving server spans; call it before closing the bus.
-func (f *fleet) stopInputs() {
-	if f.recv != nil {
-		if err := f.recv.Close(); err != nil {
-			fmt.Fprintf(f.stderr, "treni-top: warning: OTLP receiver: %v\n", err)
-		}
-		f.recv = nil
-	}
-}
-
-// finish flushes the export (bounded by its flush timeout) and stops the
-// metrics server; call it after closing the bus.
-func (f *fleet) finish(ctx context.Context) {
-	defer f.cancel()
-	f.stopInputs()
-	if f.live != nil {
-		st := f.live.Close(ctx)
-		if st.OK() {
-			fmt.Fprintf(f.stderr, "treni-top: exported %d spans over OTLP\n", st.Exported)
-		}
-		f.live = nil
-	}
-	if f.follow != nil {
-		<-f.follow
-		f.follow = nil
-	}
-	if f.srv != nil {
-		if err := f.srv.Close(); err != nil {
-			fmt.Fprintf(f.stderr, "treni-top: warning: metrics server: %v\n", err)
-		}
-		f.srv = nil
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/treni-top/treni-top/probe/runner"
 	"github.com/treni-top/treni-top/sessions"
@@ -16,7 +17,7 @@ import (
 
 // runOptions are run's own flags.
 type runOptions struct {
-	liveOptions
+	live.Options
 	live.RunOptions
 }
 
@@ -84,12 +85,12 @@ names its engine knobs this way for a plain run.`,
 	f.IntVar(&o.SleepLevel, "sleep-level", 1, "sleep level of --sleep-cycles: 1 (weights kept in host memory) or 2 (dropped, read from their files on wake)")
 	f.DurationVar(&o.SleepFor, "sleep-for", runner.DefaultSleepFor, "how long the target stays asleep before each wake of --sleep-cycles")
 	f.StringArrayVar(&o.ServeArgs, "serve-arg", nil, "one more argument for the built-in engine's serve command, e.g. --serve-arg=--warmup-passes=0 (repeatable; see treni-top serve --help)")
-	addLiveFlags(cmd, &o.liveOptions)
+	addLiveFlags(cmd, &o.Options)
 	return cmd
 }
 
 // addLiveFlags declares the flags run and attach share.
-func addLiveFlags(cmd *cobra.Command, o *liveOptions) {
+func addLiveFlags(cmd *cobra.Command, o *live.Options) {
 	f := cmd.Flags()
 	f.IntVar(&o.Warmup, "warmup", 1, "warm-up requests after the cold one (not measured)")
 	f.IntVar(&o.Repeat, "repeat", 5, "measured warm requests")
@@ -104,7 +105,16 @@ func addLiveFlags(cmd *cobra.Command, o *liveOptions) {
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long to wait for the target to become healthy")
 	f.DurationVar(&o.Grace, "grace", 10*time.Second, "time between SIGINT and SIGKILL when stopping the target")
 	f.StringVar(&o.APIKey, "api-key", "", apiKeyUsage)
-	addFleetFlags(f, &o.fleet)
+	addFleetFlags(f, &o.Fleet)
+}
+
+// addFleetFlags declares the OpenTelemetry and Prometheus flags that run,
+// attach and bench share (issue 18).
+func addFleetFlags(f *pflag.FlagSet, o *live.FleetOptions) {
+	f.StringVar(&o.OTLP, "otlp", "", "export the session live as OTLP traces to this endpoint (OTEL_EXPORTER_OTLP_ENDPOINT alone does the same)")
+	f.BoolVar(&o.TokenEvents, "otlp-token-events", false, "with OTLP export: one span event per token")
+	f.StringVar(&o.OTLPListen, "otlp-listen", "", "receive the server's own OTLP/HTTP traces on this address (e.g. 127.0.0.1:4318) and merge them into the session")
+	f.StringVar(&o.Metrics, "metrics-listen", "", "serve fleet metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 }
 
 // apiKeyUsage is the --api-key help of run, attach and bench.
@@ -117,7 +127,7 @@ func (o *runOptions) run(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return withExit(2, err)
 	}
-	return runLive(ctx, &o.liveOptions, p, stdout, stderr)
+	return runLive(ctx, &o.Options, p, stdout, stderr)
 }
 
 // checkServeArgs checks --serve-arg values against serve's own flags.
@@ -128,33 +138,14 @@ func checkServeArgs(args []string) error {
 // The live runner is the TUI's controller.
 var _ tui.Controller = (*runner.Runner)(nil)
 
-// liveOptions are the flags run and attach share: recording, output, the
-// request sequence and the fleet outputs.
-type liveOptions struct {
-	live.Options
-	fleet fleetOptions
-}
-
-// runLive starts the live session of p with the fleet outputs the flags or
-// OTEL_ variables ask for (the prober carrying a traceparent when traces
-// are exported or received), and drives its runner.
-func runLive(ctx context.Context, o *liveOptions, p *live.Plan, stdout, stderr io.Writer) error {
-	l, err := live.Start(&o.Options, p, stderr)
+// runLive starts the live session of p and drives its runner, under the
+// TUI unless headless.
+func runLive(ctx context.Context, o *live.Options, p *live.Plan, stdout, stderr io.Writer) error {
+	l, err := live.Start(ctx, o, p, stderr)
 	if err != nil {
 		return withExit(2, err)
 	}
-	fl, err := startFleet(ctx, o.fleet, p.Header, p.Clock, l.Bus, l.RunIndex, stderr)
-	if err != nil {
-		_, _ = l.Finish()
-		l.Close()
-		return withExit(2, err)
-	}
-	defer func() {
-		l.Close()
-		fl.finish(context.WithoutCancel(ctx))
-	}()
-	l.OnClose(fl.stopInputs)
-	l.Prober.TraceContext = fl.TraceContext()
+	defer l.Close(ctx)
 	r, err := l.StartRunner()
 	if err != nil {
 		return withExit(2, err)

@@ -20,6 +20,8 @@ type BenchOptions struct {
 	// TUI shows the bench live in the terminal UI; StartBench turns it off
 	// without a terminal.
 	TUI bool
+	// Fleet are the OpenTelemetry and Prometheus outputs.
+	Fleet FleetOptions
 }
 
 // BenchHeader is the header of a bench session against the server at url
@@ -31,17 +33,39 @@ func BenchHeader(version, url, model string, clock trace.Clock) sessions.Header 
 	})
 }
 
+// BenchSession is a bench's live session and the fleet outputs it feeds.
+type BenchSession struct {
+	*sessions.Live
+	fleet *Fleet
+}
+
 // StartBench starts a bench's live session: a bus decouples the request
 // goroutines from the disk, and Finish waits for the recorder before the
-// file closes. Without a terminal o.TUI is turned off (said on stderr):
-// `bench --tui > report.md` would draw the screen into the report file.
-func StartBench(o *BenchOptions, h sessions.Header, clock trace.Clock, stderr io.Writer) (*sessions.Live, error) {
+// file closes; OTLP export and fleet metrics of its bus as for run.
+// Without a terminal o.TUI is turned off (said on stderr): `bench --tui >
+// report.md` would draw the screen into the report file. Close flushes the
+// fleet outputs once the session is finished.
+func StartBench(ctx context.Context, o *BenchOptions, h sessions.Header, clock trace.Clock, stderr io.Writer) (*BenchSession, error) {
 	if o.TUI && !Interactive() {
 		fmt.Fprintln(stderr, "treni-top: --tui needs a terminal on stdin and stdout; running headless (progress on stderr, the report on stdout)")
 		o.TUI = false
 	}
-	return sessions.StartLive(h, sessions.LiveOptions{Record: o.Record, NoRecord: o.NoRecord, Label: "bench", UI: o.TUI, Clock: clock})
+	l, err := sessions.StartLive(h, sessions.LiveOptions{Record: o.Record, NoRecord: o.NoRecord, Label: "bench", UI: o.TUI, Clock: clock})
+	if err != nil {
+		return nil, err
+	}
+	fl, err := StartFleet(ctx, o.Fleet, h, clock, l.Bus, func() int { return 0 }, stderr)
+	if err != nil {
+		_, _ = l.Finish()
+		return nil, err
+	}
+	l.OnClose(fl.StopInputs)
+	return &BenchSession{Live: l, fleet: fl}, nil
 }
+
+// Close flushes the fleet outputs (bounded by the export's flush timeout,
+// even when ctx is cancelled); the session must be finished first.
+func (b *BenchSession) Close(ctx context.Context) { b.fleet.Finish(context.WithoutCancel(ctx)) }
 
 // BenchResult is how a bench's session ended.
 type BenchResult struct {

@@ -74,14 +74,15 @@ func TestDriveBenchSignal(t *testing.T) {
 	clock := trace.NewClock()
 	path := filepath.Join(t.TempDir(), "bench.jsonl")
 	o := BenchOptions{Record: path}
-	l, err := StartBench(&o, BenchHeader("test", "http://x", "m", clock), clock, &bytes.Buffer{})
+	l, err := StartBench(context.Background(), &o, BenchHeader("test", "http://x", "m", clock), clock, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, plan := benchOn(t, l, stalledServer(t).URL, clock)
+	defer l.Close(context.Background())
+	b, plan := benchOn(t, l.Live, stalledServer(t).URL, clock)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("interrupt signal received"))
-	res := DriveBench(ctx, l, b, plan, nil, nil, &bytes.Buffer{})
+	res := DriveBench(ctx, l.Live, b, plan, nil, nil, &bytes.Buffer{})
 	if !res.Cut || res.FileErr != nil {
 		t.Errorf("result %+v: want a bench cut short and a complete file", res)
 	}

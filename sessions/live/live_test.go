@@ -153,11 +153,11 @@ func TestStartWithoutTerminal(t *testing.T) {
 	}
 	lo := options()
 	var stderr bytes.Buffer
-	s, err := Start(lo, p, &stderr)
+	s, err := Start(context.Background(), lo, p, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	if _, err := s.Finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,11 @@ func TestAttachSessionRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	s, err := Start(lo, p, &stderr)
+	s, err := Start(context.Background(), lo, p, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	if _, err := s.StartRunner(); err != nil {
 		t.Fatal(err)
 	}

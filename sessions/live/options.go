@@ -37,6 +37,8 @@ type Options struct {
 	APIKey string
 	// Version is treni-top's, for the session header.
 	Version string
+	// Fleet are the OpenTelemetry and Prometheus outputs.
+	Fleet FleetOptions
 }
 
 // DefaultPrompt is the fixed prompt of the cold sequence: the same text

@@ -22,13 +22,13 @@ import (
 	"github.com/treni-top/treni-top/sessions"
 )
 
-// Session is a live session with what feeds it from outside the runner:
-// the request prober and the samplers.
+// Session is a live session with what feeds it from outside the runner
+// (the request prober, the samplers, the OTLP receiver) and the fleet
+// outputs it feeds.
 type Session struct {
 	*sessions.Live
-	// Prober sends the cold sequence's requests (set its TraceContext
-	// before the runner starts to carry a traceparent).
-	Prober   *runner.HTTPProber
+	prober   *runner.HTTPProber
+	fleet    *Fleet
 	opts     *Options
 	plan     *Plan
 	samplers *runner.Samplers
@@ -42,9 +42,11 @@ func Interactive() bool {
 
 // Start resolves headless (no terminal means headless, said on stderr)
 // and starts the live session of p: recorded unless o.NoRecord, the
-// headless transcript on stderr, the prober. Close releases what it holds
-// once the session is finished.
-func Start(o *Options, p *Plan, stderr io.Writer) (*Session, error) {
+// headless transcript on stderr, the fleet outputs o.Fleet or the OTEL_
+// variables ask for, and the prober (carrying a traceparent when traces
+// are exported or received). Close releases what it holds once the
+// session is finished.
+func Start(ctx context.Context, o *Options, p *Plan, stderr io.Writer) (*Session, error) {
 	if !o.Headless && !Interactive() {
 		fmt.Fprintln(stderr, "treni-top: no terminal: running headless")
 		o.Headless = true
@@ -57,8 +59,17 @@ func Start(o *Options, p *Plan, stderr io.Writer) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Live: l, opts: o, plan: p, samplers: runner.NewSamplers(p.weightFiles)}
-	s.Prober = &runner.HTTPProber{Sink: l.Bus, Clock: p.Clock, Prompt: o.Prompt, MaxTokens: o.MaxTokens, Model: o.RequestModel, Header: prober.BearerHeader(APIKey(o.APIKey))}
+	s := &Session{Live: l, opts: o, plan: p}
+	fl, err := StartFleet(ctx, o.Fleet, p.Header, p.Clock, l.Bus, s.RunIndex, stderr)
+	if err != nil {
+		_, _ = l.Finish()
+		return nil, err
+	}
+	s.fleet = fl
+	l.OnClose(fl.StopInputs)
+	s.samplers = runner.NewSamplers(p.weightFiles)
+	s.prober = &runner.HTTPProber{Sink: l.Bus, Clock: p.Clock, Prompt: o.Prompt, MaxTokens: o.MaxTokens, Model: o.RequestModel,
+		Header: prober.BearerHeader(APIKey(o.APIKey)), TraceContext: fl.TraceContext()}
 	return s, nil
 }
 
@@ -81,10 +92,10 @@ func (s *Session) StartRunner() (*runner.Runner, error) {
 	cfg.Launcher = runner.LaunchFunc(func(ctx context.Context, run int) (runner.Target, error) {
 		return p.launcher(ctx, s.Bus, p.Clock, run)
 	})
-	cfg.Prober = s.Prober
+	cfg.Prober = s.prober
 	cfg.Samplers = s.samplers.Build
 	cfg.ServerMetrics = true
-	cfg.Header = s.Prober.Header
+	cfg.Header = s.prober.Header
 	cfg.Warmup, cfg.Repeat = o.Warmup, o.Repeat
 	cfg.HealthTimeout, cfg.Grace = o.Timeout, o.Grace
 	cfg.ExitAfterSequence = o.Headless && !o.KeepRunning
@@ -99,11 +110,13 @@ func (s *Session) StartRunner() (*runner.Runner, error) {
 	return r, nil
 }
 
-// Close stops the samplers and releases the prober's connections; the
-// session (its bus) must be finished first.
-func (s *Session) Close() {
+// Close stops the samplers, releases the prober's connections and
+// flushes the fleet outputs (bounded by the export's flush timeout, even
+// when ctx is cancelled); the session (its bus) must be finished first.
+func (s *Session) Close(ctx context.Context) {
 	_ = s.samplers.Close()
-	s.Prober.Close()
+	s.prober.Close()
+	s.fleet.Finish(context.WithoutCancel(ctx))
 }
 
 // The live runner drives a live session.
