@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,13 +69,9 @@ interrupted when --serve-for is 0.`,
 			if !traces && metricsAddr == "" {
 				return withExit(2, errors.New("nowhere to export: pass --otlp URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --serve-metrics ADDR"))
 			}
-			hdrs := map[string]string{}
-			for _, h := range headers {
-				k, v, ok := strings.Cut(h, "=")
-				if !ok || k == "" {
-					return withExit(2, fmt.Errorf("bad --otlp-header %q: use key=value", h))
-				}
-				hdrs[k] = v
+			hdrs, err := otelexport.ParseHeaders(headers)
+			if err != nil {
+				return withExit(2, err)
 			}
 			ctx := cmd.Context()
 			if traces {
@@ -94,7 +88,13 @@ interrupted when --serve-for is 0.`,
 				}
 			}
 			if metricsAddr != "" {
-				return serveMetrics(ctx, cmd, args[0], metricsAddr, serveFor)
+				m, err := fleetmetrics.FromFile(args[0])
+				if err == nil {
+					err = fleetmetrics.ServeFor(ctx, metricsAddr, m, serveFor, cmd.ErrOrStderr())
+				}
+				if err != nil {
+					return withExit(2, err)
+				}
 			}
 			return nil
 		},
@@ -109,32 +109,4 @@ interrupted when --serve-for is 0.`,
 	f.BoolVar(&idsOnly, "trace-ids", false, "only print each run's trace ID (what an export sends, and what its probe requests' traceparent carried)")
 	f.DurationVar(&serveFor, "serve-for", 0, "with --serve-metrics: stop after this long (0: until interrupted)")
 	return cmd
-}
-
-// serveMetrics serves the fleet metrics of the session file at path until d
-// passes or ctx ends.
-func serveMetrics(ctx context.Context, cmd *cobra.Command, path, addr string, d time.Duration) error {
-	m, err := fleetmetrics.FromFile(path)
-	if err != nil {
-		return withExit(2, err)
-	}
-	srv, err := fleetmetrics.Serve(ctx, addr, m)
-	if err != nil {
-		return withExit(2, err)
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "treni-top: serving %s\n", srv.URL())
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-	} else {
-		<-ctx.Done()
-	}
-	if err := srv.Close(); err != nil {
-		return withExit(2, err)
-	}
-	return nil
 }

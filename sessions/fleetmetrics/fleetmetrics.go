@@ -9,6 +9,7 @@ package fleetmetrics
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -300,3 +301,24 @@ func (s *Server) URL() string { return "http://" + s.Addr() + "/metrics" }
 
 // Close stops serving and waits for the serving goroutine.
 func (s *Server) Close() error { return s.s.Close() }
+
+// ServeFor serves m at addr for d (0: until ctx ends, as it also ends
+// sooner), saying where on announce, then stops serving.
+func ServeFor(ctx context.Context, addr string, m *Metrics, d time.Duration, announce io.Writer) error {
+	srv, err := Serve(ctx, addr, m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(announce, "treni-top: serving %s\n", srv.URL())
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	} else {
+		<-ctx.Done()
+	}
+	return srv.Close()
+}

@@ -93,6 +93,20 @@ func (c Config) queueSize() int {
 	return DefaultQueueSize
 }
 
+// ParseHeaders reads export headers given as key=value (the CLI's
+// --otlp-header, repeated) into Config.Headers.
+func ParseHeaders(kvs []string) (map[string]string, error) {
+	hdrs := map[string]string{}
+	for _, h := range kvs {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("bad --otlp-header %q: use key=value", h)
+		}
+		hdrs[k] = v
+	}
+	return hdrs, nil
+}
+
 // Enabled reports whether the environment asks for export: an OTLP
 // endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and neither OTEL_SDK_DISABLED=true nor
