@@ -99,6 +99,21 @@ type DiffOptions struct {
 	MinDelta time.Duration
 }
 
+// Check refuses levels and bounds out of range (flag names as the CLI
+// spells them): Diff would take a zero for the default, not for "none".
+func (o DiffOptions) Check() error {
+	if o.Alpha <= 0 || o.Alpha >= 0.5 {
+		return fmt.Errorf("--alpha %v is out of range: give a level such as 0.05", o.Alpha)
+	}
+	if o.Threshold <= 0 || o.Threshold > 10 {
+		return fmt.Errorf("--threshold %v is out of range: give a fraction such as 0.1 for 10%% (0.001 for almost none)", o.Threshold)
+	}
+	if o.MinDelta <= 0 {
+		return fmt.Errorf("--min-delta %v: give a positive duration such as 5ms (1us for almost none)", o.MinDelta)
+	}
+	return nil
+}
+
 func (o DiffOptions) withDefaults() DiffOptions {
 	if o.Alpha <= 0 {
 		o.Alpha = DefaultAlpha

@@ -113,15 +113,9 @@ Exit status: 0 no regression, 1 regression, 2 unusable input. Put it in CI.`,
 // options checks the flags and turns them into Diff's options and the
 // output format.
 func (f diffFlags) options() (sessions.DiffOptions, string, error) {
-	var o sessions.DiffOptions
-	if f.alpha <= 0 || f.alpha >= 0.5 {
-		return o, "", fmt.Errorf("--alpha %v is out of range: give a level such as 0.05", f.alpha)
-	}
-	if f.threshold <= 0 || f.threshold > 10 {
-		return o, "", fmt.Errorf("--threshold %v is out of range: give a fraction such as 0.1 for 10%% (0.001 for almost none)", f.threshold)
-	}
-	if f.minDelta <= 0 {
-		return o, "", fmt.Errorf("--min-delta %v: give a positive duration such as 5ms (1us for almost none)", f.minDelta)
+	o := sessions.DiffOptions{Alpha: f.alpha, Threshold: f.threshold, MinDelta: f.minDelta}
+	if err := o.Check(); err != nil {
+		return o, "", err
 	}
 	format := f.format
 	if f.asJSON {
@@ -134,7 +128,7 @@ func (f diffFlags) options() (sessions.DiffOptions, string, error) {
 	default:
 		return o, "", fmt.Errorf("--format %q: use text, markdown or json", f.format)
 	}
-	return sessions.DiffOptions{Alpha: f.alpha, Threshold: f.threshold, MinDelta: f.minDelta}, format, nil
+	return o, format, nil
 }
 
 // parseDiffArgs splits "BASE... --against NEW... [flags]" as typed: every
