@@ -36,40 +36,22 @@ TMPDIR on the weights' file system).`,
   treni-top doctor --floors --floor-bytes 1073741824`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			// Floors first: cuInit is only measurable as the process's
-			// first CUDA call, and Doctor initialises the driver.
-			var fl *cuda.Floors
-			var floorErr error
-			if floors {
-				f, err := cuda.MeasureFloors(cmd.Context(), floorBytes)
-				if err == nil {
-					fl = &f
-				}
-				floorErr = err
-			}
-			r := cuda.Doctor()
-			if floors && r.Usable && floorErr != nil {
-				return withExit(2, fmt.Errorf("measure floors: %w", floorErr))
+			c, err := cuda.RunCheckup(cmd.Context(), floors, floorBytes)
+			if err != nil {
+				return withExit(2, err)
 			}
 			// --floors asked for measurements: none is a failure (exit 2),
 			// after the report that says what is missing.
 			var noFloors error
-			if floors && fl == nil {
+			if floors && c.Floors == nil {
 				noFloors = withExit(2, errors.New("--floors needs a usable GPU; nothing measured (the report above says what is missing)"))
 			}
 			if asJSON {
-				b, _ := json.MarshalIndent(struct {
-					cuda.DoctorReport
-					Floors *cuda.Floors `json:"floors,omitempty"`
-				}{r, fl}, "", "  ")
-				fmt.Fprintln(out, string(b))
+				b, _ := json.MarshalIndent(c, "", "  ")
+				fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				return noFloors
 			}
-			fmt.Fprint(out, r.Text())
-			if fl != nil {
-				fmt.Fprint(out, "\n"+fl.Text())
-			}
+			fmt.Fprint(cmd.OutOrStdout(), c.Text())
 			return noFloors
 		},
 	}

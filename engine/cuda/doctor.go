@@ -7,6 +7,7 @@ package cuda
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -167,6 +168,44 @@ func probeLoad(path string) (string, error) {
 		p = path
 	}
 	return p, nil
+}
+
+// Checkup is `treni-top doctor`'s result: the report, and the physical
+// floors when they were asked for and could be measured.
+type Checkup struct {
+	DoctorReport
+	Floors *Floors `json:"floors,omitempty"`
+}
+
+// RunCheckup measures the floors on GPU 0 with copies of floorBytes when
+// floors is set, then inspects the machine (Doctor). Floors first: cuInit
+// is only measurable as the process's first CUDA call, and Doctor
+// initialises the driver. Its error is a measurement that failed on a usable GPU; a
+// machine without one leaves Floors nil, for the caller to say.
+func RunCheckup(ctx context.Context, floors bool, floorBytes int) (Checkup, error) {
+	var c Checkup
+	var floorErr error
+	if floors {
+		f, err := MeasureFloors(ctx, floorBytes)
+		if err == nil {
+			c.Floors = &f
+		}
+		floorErr = err
+	}
+	c.DoctorReport = Doctor()
+	if floors && c.Usable && floorErr != nil {
+		return c, fmt.Errorf("measure floors: %w", floorErr)
+	}
+	return c, nil
+}
+
+// Text is the report, then the floors when measured.
+func (c Checkup) Text() string {
+	s := c.DoctorReport.Text()
+	if c.Floors != nil {
+		s += "\n" + c.Floors.Text()
+	}
+	return s
 }
 
 // Doctor inspects the machine: the driver, its GPUs, and the libraries the
