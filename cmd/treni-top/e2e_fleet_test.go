@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/sessions/otelexport/otlptest"
 	"github.com/treni-top/treni-top/trace"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestE2ERunExportsLiveAndReadsServerMetrics(t *testing.T) {
 	needBinary(t)
 	dir := synthCheckpoint(t, "tiny")
-	col, spans := spanCounter(t)
+	col, spans := otlptest.SpanCounter(t)
 	rec := filepath.Join(t.TempDir(), "otel.jsonl")
 	args := append([]string{"run", "--headless", "--record", rec}, commonRunArgs...)
 	args = append(args, "--", e2e.bin, "serve", "--device", "cpu", "--model", dir, "--addr", freeLocalAddr(t))

@@ -4,17 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/treni-top/treni-top/sessions"
+	"github.com/treni-top/treni-top/sessions/otelexport/otlptest"
 )
 
 const exportFixture = "../../sessions/otelexport/testdata/h200-builtin.jsonl"
@@ -23,7 +17,7 @@ const exportFixture = "../../sessions/otelexport/testdata/h200-builtin.jsonl"
 // set and checks the span count the collector decoded and the trace ID
 // printed for scripts.
 func TestExportCommand(t *testing.T) {
-	col, spans := spanCounter(t)
+	col, spans := otlptest.SpanCounter(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
 	root := newRootCmd()
 	var out, errOut bytes.Buffer
@@ -72,28 +66,4 @@ func TestExportCommandErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
-}
-
-// spanCounter is an OTLP/HTTP collector from the official types that
-// counts the spans it decodes.
-func spanCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	var spans atomic.Int64
-	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		req := &coltracepb.ExportTraceServiceRequest{}
-		if err := proto.Unmarshal(b, req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				spans.Add(int64(len(ss.Spans)))
-			}
-		}
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	}))
-	t.Cleanup(col.Close)
-	return col, &spans
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,34 +16,11 @@ import (
 
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/sessions/otelexport"
+	"github.com/treni-top/treni-top/sessions/otelexport/otlptest"
 	"github.com/treni-top/treni-top/trace"
 )
 
 const exportFixture = "../otelexport/testdata/h200-builtin.jsonl"
-
-// spanCounter is an OTLP/HTTP collector from the official types that
-// counts the spans it decodes.
-func spanCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	var spans atomic.Int64
-	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		req := &coltracepb.ExportTraceServiceRequest{}
-		if err := proto.Unmarshal(b, req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				spans.Add(int64(len(ss.Spans)))
-			}
-		}
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	}))
-	t.Cleanup(col.Close)
-	return col, &spans
-}
 
 // TestFleetPlumbing drives StartFleet the way a live session does: live
 // export, /metrics and the OTLP receiver on one bus.
@@ -54,7 +29,7 @@ func TestFleetPlumbing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	col, spans := spanCounter(t)
+	col, spans := otlptest.SpanCounter(t)
 	ctx := context.Background()
 	bus := trace.NewBus()
 	all := bus.Subscribe()
