@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/serve"
 	"github.com/treni-top/treni-top/engine/server"
 )
@@ -43,23 +42,9 @@ reported as one JSON line on stderr ({"treni_stage":"v1",...}).`,
 			o.NoPrefixCache = !prefixCache
 			o.Stderr = cmd.ErrOrStderr()
 			if useDemo {
-				if o.ModelDir != "" {
-					return withExit(2, fmt.Errorf("--demo and --model both given; pick one"))
-				}
-				fmt.Fprintln(o.Stderr, "treni-top serve: preparing the demo checkpoint (created once in the user cache)")
-				start := time.Now()
-				dir, created, err := demo.Ensure(cmd.Context(), "")
-				if err != nil {
+				if err := o.UseDemo(cmd.Context()); err != nil {
 					return withExit(2, err)
 				}
-				if created {
-					fmt.Fprintln(o.Stderr, "treni-top serve: created", dir)
-				}
-				o.ModelDir, o.ModelID = dir, demo.Name
-				// Creating the demo happens once per machine, inside
-				// runtime_init; say so, so a first run is not mistaken
-				// for a slow start.
-				o.InitAttrs = map[string]any{"demo_created": created, "demo_ensure_ms": time.Since(start).Milliseconds()}
 			}
 			if o.ModelDir == "" {
 				return withExit(2, fmt.Errorf("no model: pass --model DIR, or --demo"))

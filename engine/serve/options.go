@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/treni-top/treni-top/engine/demo"
 	"github.com/treni-top/treni-top/engine/model"
 	"github.com/treni-top/treni-top/engine/server"
 	"github.com/treni-top/treni-top/trace"
@@ -159,4 +161,27 @@ func DefaultBatchedTokens(backend string) int {
 		return 256
 	}
 	return 2048
+}
+
+// UseDemo points o at the built-in demo checkpoint, creating it once in
+// the user's cache (said on o.Stderr, which must be set). Creating it
+// happens once per machine, inside runtime_init: the stage says so
+// (demo_created, demo_ensure_ms), so a first run is not mistaken for a
+// slow start.
+func (o *Options) UseDemo(ctx context.Context) error {
+	if o.ModelDir != "" {
+		return errors.New("--demo and --model both given; pick one")
+	}
+	fmt.Fprintln(o.Stderr, "treni-top serve: preparing the demo checkpoint (created once in the user cache)")
+	start := time.Now()
+	dir, created, err := demo.Ensure(ctx, "")
+	if err != nil {
+		return err
+	}
+	if created {
+		fmt.Fprintln(o.Stderr, "treni-top serve: created", dir)
+	}
+	o.ModelDir, o.ModelID = dir, demo.Name
+	o.InitAttrs = map[string]any{"demo_created": created, "demo_ensure_ms": time.Since(start).Milliseconds()}
+	return nil
 }
