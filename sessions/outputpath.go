@@ -80,3 +80,48 @@ func PlaceOutput(tmp, target string, direct bool) error {
 	_, err = io.Copy(out, in)
 	return errors.Join(err, out.Close())
 }
+
+// WriteOutputFile has write write the output file path and returns how
+// many bytes it wrote. The file is written beside its target (see
+// OutputTarget) under a temporary name and renamed once write succeeded,
+// so that a failure leaves nothing at path; a path that is not a regular
+// file (/dev/null, a FIFO) is written in place.
+func WriteOutputFile(path string, write func(io.Writer) error) (int64, error) {
+	target, direct, err := OutputTarget(path)
+	if err != nil {
+		return 0, err
+	}
+	var f *os.File
+	if direct {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	} else {
+		f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	cw := &countingWriter{w: f}
+	err = errors.Join(write(cw), f.Close())
+	if err == nil && !direct {
+		err = PlaceOutput(f.Name(), target, false)
+	}
+	if err != nil {
+		if !direct {
+			os.Remove(f.Name())
+		}
+		return cw.n, fmt.Errorf("write %s: %w", path, err)
+	}
+	return cw.n, nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
