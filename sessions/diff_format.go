@@ -44,7 +44,7 @@ func (d DiffResult) Text() string {
 					ci = interval(r)
 				}
 			}
-			fmt.Fprintf(&b, "%-32s %5s %22s %22s %16s %20s %6s  %s\n", r.Label, runsCell(r), triple(r.Base), triple(r.New), change, ci, p, r.Verdict)
+			fmt.Fprintf(&b, "%-32s %5s %22s %22s %16s %20s %6s  %s\n", r.Label, runsCell(r), triple(r.Base, "/"), triple(r.New, "/"), change, ci, p, r.Verdict)
 		}
 	}
 	// Notes: why headline rows are ~ (rows with the same reason share a
@@ -109,7 +109,7 @@ func (d DiffResult) Markdown() string {
 			if r.Why != "" {
 				verdict += " — " + r.Why
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Label, runsCell(r), tripleMD(r.Base), tripleMD(r.New), change, ci, p, verdict)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Label, runsCell(r), triple(r.Base, " / "), triple(r.New, " / "), change, ci, p, verdict)
 		}
 		if i > 0 {
 			b.WriteString("\n</details>\n")
@@ -251,22 +251,14 @@ func formatP(p float64) string {
 	return fmt.Sprintf("%.1e", p)
 }
 
-func triple(s Stats) string {
+// triple is a side's min/median/max with sep between them ("/" in the
+// text table, " / " in Markdown), one figure when they are equal.
+func triple(s Stats, sep string) string {
 	switch {
 	case s.N == 0:
 		return "—"
 	case s.Min == s.Max:
 		return stat.FormatMeasuredMS(s.Min)
 	}
-	return fmt.Sprintf("%s/%s/%s", stat.FormatMeasuredMS(s.Min), stat.FormatMeasuredMS(s.Median), stat.FormatMeasuredMS(s.Max))
-}
-
-func tripleMD(s Stats) string {
-	switch {
-	case s.N == 0:
-		return "—"
-	case s.Min == s.Max:
-		return stat.FormatMeasuredMS(s.Min)
-	}
-	return fmt.Sprintf("%s / %s / %s", stat.FormatMeasuredMS(s.Min), stat.FormatMeasuredMS(s.Median), stat.FormatMeasuredMS(s.Max))
+	return stat.FormatMeasuredMS(s.Min) + sep + stat.FormatMeasuredMS(s.Median) + sep + stat.FormatMeasuredMS(s.Max)
 }
