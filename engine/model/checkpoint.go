@@ -514,23 +514,24 @@ func (c *Checkpoint) Prefetch(ctx context.Context, workers int) (int64, error) {
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var errs []error
-	for _, m := range c.maps {
-		if err := unix.Munmap(m); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	c.maps = nil
-	for _, m := range c.owned {
-		if err := unix.Munmap(m); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	c.owned = nil
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(munmapAll(c.maps), munmapAll(c.owned))
+	c.maps, c.owned = nil, nil
+	if err != nil {
 		return fmt.Errorf("unmap %s: %w", c.Dir, err)
 	}
 	return nil
+}
+
+// munmapAll unmaps every mapping of ms (the files' or the owned copies')
+// and joins the errors.
+func munmapAll(ms [][]byte) error {
+	var errs []error
+	for _, m := range ms {
+		if err := unix.Munmap(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // StageLine renders the index build as the engine's tensor_index_build

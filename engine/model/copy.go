@@ -181,19 +181,14 @@ func (c *Checkpoint) adoptRegions(regions []copyRegion) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var errs []error
-	for _, m := range c.maps {
-		if err := unix.Munmap(m); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	err := munmapAll(c.maps)
 	c.maps = nil
 	for _, r := range regions {
 		if r.buf != nil {
 			c.owned = append(c.owned, r.buf)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("unmap the weight files of %s after copying them: %w", c.Dir, err)
 	}
 	return nil

@@ -40,21 +40,18 @@ func (c *Checkpoint) ReleaseWeights() (ReleaseStats, error) {
 	if len(c.owned) > 0 {
 		st.Mode = LoadCopy
 	}
-	var errs []error
 	for _, ms := range [][][]byte{c.maps, c.owned} {
 		for _, m := range ms {
 			st.Bytes += int64(len(m))
-			if err := unix.Munmap(m); err != nil {
-				errs = append(errs, err)
-			}
 		}
 	}
+	err := errors.Join(munmapAll(c.maps), munmapAll(c.owned))
 	c.maps, c.owned = nil, nil
 	for _, t := range c.Tensors {
 		t.Data = nil
 	}
 	c.released = st.Mode
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return st, fmt.Errorf("release the weights of %s: %w", c.Dir, err)
 	}
 	return st, nil
