@@ -12,8 +12,8 @@ import (
 // TestOutputTargetKeepsSpecialFiles: a rename onto /dev/null or a FIFO
 // would put a regular file where the node was (an import benchmark's
 // `report -o /dev/null` once did so to a machine's /dev/null): such a
-// path is written in place, a symlink is written through and stays a
-// link, a directory is refused.
+// path is written in place, a symlink (dangling or not) is written
+// through and stays a link, a directory is refused.
 func TestOutputTargetKeepsSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
 	put := func(target string, direct bool, text string) {
@@ -55,6 +55,23 @@ func TestOutputTargetKeepsSpecialFiles(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(file); string(b) != "new" {
 		t.Errorf("the link's file holds %q, want new", b)
+	}
+
+	// A dangling symlink: the file it names is created, the link stays.
+	dangling := filepath.Join(dir, "next.md")
+	if err := os.Symlink("made.md", dangling); err != nil {
+		t.Fatal(err)
+	}
+	target, direct, err = OutputTarget(dangling)
+	if err != nil || direct || target != filepath.Join(dir, "made.md") {
+		t.Fatalf("a dangling symlink: %q direct=%v err=%v", target, direct, err)
+	}
+	put(target, direct, "made")
+	if b, err := os.ReadFile(dangling); err != nil || string(b) != "made" {
+		t.Errorf("through the link: %q %v", b, err)
+	}
+	if fi, err := os.Lstat(dangling); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the dangling symlink was replaced: %v %v", fi, err)
 	}
 
 	fifo := filepath.Join(dir, "pipe")
