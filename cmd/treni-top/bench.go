@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/treni-top/treni-top/sessions"
 	"github.com/treni-top/treni-top/sessions/live"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 	"github.com/treni-top/treni-top/tui"
 )
 
@@ -197,10 +197,10 @@ func (o *benchOptions) run(cmd *cobra.Command, workloadSet bool) error {
 // check validates the flags and turns them into the plan and the API.
 func (o *benchOptions) check(workloadSet bool) (load.Plan, prober.Endpoint, error) {
 	ep := prober.Endpoint(o.endpoint)
-	switch u, err := url.Parse(o.url); {
+	switch _, ok := httpserve.ParseHTTPURL(o.url); {
 	case o.url == "":
 		return load.Plan{}, ep, errors.New("--url is required: the server's base URL, e.g. --url http://127.0.0.1:8000")
-	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+	case !ok:
 		return load.Plan{}, ep, fmt.Errorf("--url %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", o.url)
 	case o.record != "" && o.noRecord:
 		return load.Plan{}, ep, sessions.LiveOptions{Record: o.record, NoRecord: o.noRecord}.Check()

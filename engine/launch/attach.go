@@ -3,11 +3,11 @@ package launch
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 	"github.com/treni-top/treni-top/trace/serverlog"
 )
 
@@ -32,8 +32,8 @@ type AttachSpec struct {
 // healthy marker carries attached=true; no cold stages are reported) and
 // never signals the server: Stop only stops watching it.
 func Attach(ctx context.Context, spec AttachSpec, sink trace.Sink, clock trace.Clock, run int) (*Process, error) {
-	u, err := url.Parse(spec.URL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+	u, ok := httpserve.ParseHTTPURL(spec.URL)
+	if !ok {
 		return nil, fmt.Errorf("attach: %q is not a server URL; give its base, e.g. http://127.0.0.1:8000", spec.URL)
 	}
 	if spec.PID < 0 {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/treni-top/treni-top/probe/netstamp"
 	"github.com/treni-top/treni-top/probe/prober"
 	"github.com/treni-top/treni-top/trace"
+	"github.com/treni-top/treni-top/trace/httpserve"
 )
 
 // Why not prober.Client: the prober is built for a handful of carefully
@@ -76,8 +76,7 @@ type Client struct {
 
 // NewClient checks cfg and returns a client that timestamps with clock.
 func NewClient(cfg ClientConfig, clock trace.Clock) (*Client, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if _, ok := httpserve.ParseHTTPURL(cfg.BaseURL); !ok {
 		return nil, fmt.Errorf("%q is not a server URL; give its base, e.g. http://127.0.0.1:8000", cfg.BaseURL)
 	}
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")

@@ -17,10 +17,11 @@ package otelexport
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/treni-top/treni-top/trace/httpserve"
 )
 
 // Protocols accepted in Config.Protocol and OTEL_EXPORTER_OTLP_PROTOCOL.
@@ -141,8 +142,8 @@ func (c Config) protocol() (string, error) {
 // endpointURL checks Config.Endpoint and, for OTLP/HTTP, adds the traces
 // path to a bare URL the way OTEL_EXPORTER_OTLP_ENDPOINT is read.
 func (c Config) endpointURL(protocol string) (string, error) {
-	u, err := url.Parse(c.Endpoint)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+	u, ok := httpserve.ParseHTTPURL(c.Endpoint)
+	if !ok {
 		return "", fmt.Errorf("bad OTLP endpoint %q: give a URL such as http://127.0.0.1:4318", c.Endpoint)
 	}
 	if protocol != ProtocolGRPC && (u.Path == "" || u.Path == "/") {

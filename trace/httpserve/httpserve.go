@@ -1,7 +1,9 @@
 // Package httpserve runs an http.Handler on an address for as long as a
 // context lives: the listener lifecycle that the profiler's own endpoints
 // share (the OTLP receiver in probe/otlpin, the fleet /metrics endpoint in
-// sessions/fleetmetrics). It is a leaf: it imports nothing of treni-top.
+// sessions/fleetmetrics), and ParseHTTPURL, the check of an http(s) URL
+// with a host that bench, attach and the OTLP exporter share. It is a
+// leaf: it imports nothing of treni-top.
 package httpserve
 
 import (
